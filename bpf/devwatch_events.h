@@ -1,0 +1,104 @@
+/* Records the devwatch BPF programs put into their ring buffer, and the keys/values of
+ * the maps user space fills. Shared by bpf/devwatch.bpf.c (types from vmlinux.h) and
+ * daemon/probe (types from <linux/types.h>): fixed-size fields only, explicit padding,
+ * so both compilers agree on every offset. */
+#ifndef GDW_DEVWATCH_EVENTS_H
+#define GDW_DEVWATCH_EVENTS_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#define GDW_COMM_LEN 16
+/* A v1 rule is "<type> <major>:<minor> <access>", at most ~30 characters; longer writes
+ * are copied truncated (rule_len says how much was copied). */
+#define GDW_RULE_MAX 64
+/* Paths passed to open(); a GPU node path is far shorter. Also the watched_paths key. */
+#define GDW_OPEN_PATH_MAX 256
+/* cgroup paths from the cgroup_mkdir/rmdir tracepoints (kubelet/systemd paths are long). */
+#define GDW_CGROUP_PATH_MAX 512
+
+enum gdw_event_type {
+  GDW_EVENT_RULE_WRITE = 1,
+  GDW_EVENT_DENIED_OPEN = 2,
+  GDW_EVENT_DEVICE_PROGRAM = 3,
+  GDW_EVENT_CGROUP_MKDIR = 4,
+  GDW_EVENT_CGROUP_RMDIR = 5,
+};
+
+/* bpf(2) commands reported in gdw_device_program_event.command. */
+enum gdw_device_program_command {
+  GDW_DEVPROG_PROG_ATTACH = 1,
+  GDW_DEVPROG_PROG_DETACH = 2,
+  GDW_DEVPROG_LINK_CREATE = 3,
+  GDW_DEVPROG_LINK_DETACH = 4,
+  GDW_DEVPROG_LINK_UPDATE = 5,
+};
+
+struct gdw_event_header {
+  __u32 type; /* enum gdw_event_type */
+  __u32 reserved;
+  __u64 ktime_ns; /* CLOCK_MONOTONIC at syscall entry (at the tracepoint for cgroups) */
+};
+
+struct gdw_process {
+  __u32 pid; /* tgid */
+  __u32 tid;
+  __u32 parent_pid; /* real_parent's tgid */
+  __u32 reserved;
+  __u64 cgroup_id;         /* cgroup v2 id (bpf_get_current_cgroup_id) */
+  __u64 devices_cgroup_id; /* v1 devices cgroup id, 0 when unknown */
+  char comm[GDW_COMM_LEN];
+  char parent_comm[GDW_COMM_LEN];
+};
+
+struct gdw_rule_write_event {
+  struct gdw_event_header header;
+  struct gdw_process writer;
+  __u64 target_cgroup_id; /* kernfs id (inode number) of the written cgroup directory */
+  __s64 result;           /* syscall return: bytes written or -errno */
+  __u32 deny;             /* 1: devices.deny, 0: devices.allow */
+  __u32 rule_len;         /* bytes copied into rule (not NUL-terminated) */
+  char rule[GDW_RULE_MAX];
+};
+
+struct gdw_denied_open_event {
+  struct gdw_event_header header;
+  struct gdw_process opener;
+  __s32 dfd;   /* openat's directory fd (AT_FDCWD for open) */
+  __u32 flags; /* open flags */
+  __u32 major; /* 0:0 when the path is not in watched_paths */
+  __u32 minor;
+  char path[GDW_OPEN_PATH_MAX]; /* NUL-terminated, zero-filled */
+};
+
+struct gdw_device_program_event {
+  struct gdw_event_header header;
+  struct gdw_process caller;
+  __u32 command; /* enum gdw_device_program_command */
+  __u32 flags;   /* attach_flags / link flags / link_update flags */
+  __u32 prog_id;
+  __u32 replaced_prog_id;
+  __u64 target_cgroup_id;
+  __s64 result;
+};
+
+struct gdw_cgroup_event {
+  struct gdw_event_header header; /* GDW_EVENT_CGROUP_MKDIR or _RMDIR */
+  __u32 hierarchy_id;             /* 0: cgroup v2 */
+  __s32 level;
+  __u64 cgroup_id;
+  char path[GDW_CGROUP_PATH_MAX]; /* NUL-terminated, relative to the hierarchy root */
+};
+
+/* watched_paths: the path string exactly as a process passes it to open(), zero-padded. */
+struct gdw_path_key {
+  char path[GDW_OPEN_PATH_MAX];
+};
+
+struct gdw_device_number {
+  __u32 major;
+  __u32 minor;
+};
+
+#endif /* GDW_DEVWATCH_EVENTS_H */

@@ -1,0 +1,242 @@
+#include "app/check_command.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "node/config_file.h"
+#include "node/self_exe.h"
+#include "node/node_model.h"
+#include "node/v1_repair.h"
+
+namespace gdw {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+struct ContainerReport {
+  ContainerTarget target;
+  V1Check before;
+  std::vector<V1Grant> grants;
+  std::optional<V1Check> after;
+
+  const V1Check& final_check() const { return after ? *after : before; }
+  std::string status() const {
+    const V1Check& now = final_check();
+    if (is_cgroup_gone(now.read_err)) return "gone";
+    if (!now.ok()) return "unreadable";
+    if (!now.missing.empty()) return grants.empty() ? "missing" : "repair-failed";
+    if (!grants.empty()) return "repaired";
+    if (!target.desired.unresolved.empty()) return "unresolved";
+    return "ok";
+  }
+  bool needs_attention() const {
+    std::string s = status();
+    return s != "ok" && s != "repaired" && s != "gone";
+  }
+};
+
+std::string who(const ContainerTarget& t) {
+  if (!t.identity) return "pod " + t.cgroup.pod.pod_uid + " container " + t.cgroup.leaf.container_id.substr(0, 12);
+  return t.identity->pod_namespace + "/" + t.identity->pod_name + "/" + t.identity->container_name;
+}
+
+std::string names(const std::vector<WantedDevice>& devices) {
+  if (devices.empty()) return "-";
+  std::string s;
+  for (const auto& d : devices) s += (s.empty() ? "" : " ") + d.name;
+  return s;
+}
+
+json device_json(const WantedDevice& d) {
+  return json{{"device", d.name},
+              {"rule", format_device_rule(DeviceRule{d.dev.type, d.dev.major, d.dev.minor, d.access})},
+              {"reason", d.reason}};
+}
+
+std::string check_problem(const V1Check& c) {
+  if (c.read_err) return std::string("cannot read devices.list: ") + std::strerror(c.read_err);
+  return c.parse_error;
+}
+
+void print_text(const NodeModel& node, const std::vector<ContainerReport>& reports,
+                const std::vector<ContainerTarget>& unidentified, std::size_t untouched, const std::string& nvml_note) {
+  const auto& cp = node.checkpoint();
+  const auto& inv = node.inventory();
+  fmt::print("kubepods:   {} (cgroup v1 devices)\n", node.kubepods().dir());
+  fmt::print("checkpoint: {} — {} entries, checksum {}{}\n", node.config().kubelet.checkpoint,
+             cp.checkpoint.entries.size(), cp.checkpoint.checksum_valid ? "valid" : "INVALID",
+             cp.used ? "" : " (entries ignored: kubelet.on_invalid_checksum=ignore)");
+  for (const auto& e : cp.checkpoint.entry_errors)
+    fmt::print("  entry {} ({}/{}): {}\n", e.index, e.pod_uid, e.container_name, e.message);
+  fmt::print("inventory:  {} GPU(s), MIG mapping from {}{}\n", inv.gpus.size(), inv.mig_source, nvml_note);
+  for (const auto& p : inv.problems) fmt::print("  {}\n", p);
+  fmt::print("mode:       {}\n\n", to_string(node.config().mode));
+
+  std::size_t w_who = 23, w_want = 14, w_miss = 7;
+  for (const auto& r : reports) {
+    w_who = std::max(w_who, who(r.target).size());
+    w_want = std::max(w_want, names(r.target.desired.wanted).size());
+    w_miss = std::max(w_miss, names(r.before.missing).size());
+  }
+  fmt::print("{:<{}}  {:<{}}  {:<{}}  {}\n", "NAMESPACE/POD/CONTAINER", w_who, "DEVICES WANTED", w_want, "MISSING", w_miss,
+             "STATUS");
+  for (const auto& r : reports) {
+    fmt::print("{:<{}}  {:<{}}  {:<{}}  {}\n", who(r.target), w_who, names(r.target.desired.wanted), w_want,
+               names(r.before.missing), w_miss, r.status());
+  }
+  if (reports.empty()) fmt::print("(no running container holds a device of {})\n", fmt::join(node.config().devices.resources, ", "));
+
+  for (const auto& r : reports) {
+    for (const auto& g : r.grants)
+      fmt::print("{}: {} {} (c {}) — {}\n", who(r.target), g.err ? "could not grant" : "granted", g.device.name,
+                 format_device_number(g.device.dev), describe_grant_error(g.err));
+    if (!r.final_check().ok() && !is_cgroup_gone(r.final_check().read_err))
+      fmt::print("{}: {}\n", who(r.target), check_problem(r.final_check()));
+    for (const auto& u : r.target.desired.unresolved) fmt::print("{}: allocated but not found: {}\n", who(r.target), u);
+    if (!r.target.problem.empty()) fmt::print("{}: {}\n", who(r.target), r.target.problem);
+  }
+  if (!unidentified.empty()) {
+    fmt::print("\nCannot check {} container(s) in pods that hold devices (not guessed):\n", unidentified.size());
+    for (const auto& t : unidentified) fmt::print("  {}: {}\n", t.cgroup.cgroup_dir, t.problem);
+  }
+  std::size_t missing = std::count_if(reports.begin(), reports.end(), [](const ContainerReport& r) {
+    return !r.final_check().missing.empty();
+  });
+  fmt::print("\n{} GPU container(s), {} missing devices, {} container(s) without devices left untouched\n",
+             reports.size(), missing, untouched);
+}
+
+void print_json(const NodeModel& node, const std::vector<ContainerReport>& reports,
+                const std::vector<ContainerTarget>& unidentified, std::size_t untouched, const std::string& nvml_note) {
+  const auto& cp = node.checkpoint();
+  const auto& inv = node.inventory();
+  json out;
+  out["mode"] = to_string(node.config().mode);
+  out["cgroup"] = {{"version", "v1"}, {"kubepods", node.kubepods().dir()}};
+  json entry_errors = json::array();
+  for (const auto& e : cp.checkpoint.entry_errors)
+    entry_errors.push_back({{"index", e.index}, {"pod_uid", e.pod_uid}, {"container", e.container_name},
+                            {"resource", e.resource}, {"error", e.message}, {"dropped", e.entry_dropped}});
+  out["checkpoint"] = {{"path", node.config().kubelet.checkpoint},
+                       {"entries", cp.checkpoint.entries.size()},
+                       {"checksum_valid", cp.checkpoint.checksum_valid},
+                       {"entries_used", cp.used},
+                       {"entry_errors", entry_errors}};
+  json gpus = json::array();
+  for (const auto& g : inv.gpus) gpus.push_back({{"uuid", g.uuid}, {"minor", g.minor}, {"bus", g.bus_location}});
+  out["inventory"] = {{"gpus", gpus}, {"mig_source", inv.mig_source}, {"problems", inv.problems}};
+  if (!nvml_note.empty()) out["inventory"]["nvml"] = nvml_note;
+  json containers = json::array();
+  for (const auto& r : reports) {
+    json c;
+    const auto& id = *r.target.identity;
+    c["namespace"] = id.pod_namespace;
+    c["pod"] = id.pod_name;
+    c["container"] = id.container_name;
+    c["pod_uid"] = id.pod_uid;
+    c["container_id"] = r.target.cgroup.leaf.container_id;
+    c["cgroup"] = r.target.cgroup.cgroup_dir;
+    c["status"] = r.status();
+    c["wanted"] = json::array();
+    for (const auto& w : r.target.desired.wanted) c["wanted"].push_back(device_json(w));
+    c["missing"] = json::array();
+    for (const auto& m : r.before.missing) c["missing"].push_back(device_json(m));
+    c["missing_now"] = json::array();
+    for (const auto& m : r.final_check().missing) c["missing_now"].push_back(device_json(m));
+    c["grants"] = json::array();
+    for (const auto& g : r.grants) {
+      auto gj = device_json(g.device);
+      gj["result"] = describe_grant_error(g.err);
+      gj["ok"] = g.err == 0;
+      c["grants"].push_back(gj);
+    }
+    c["unresolved"] = r.target.desired.unresolved;
+    if (!r.final_check().ok()) c["error"] = check_problem(r.final_check());
+    if (!r.target.problem.empty()) c["problem"] = r.target.problem;
+    containers.push_back(c);
+  }
+  out["containers"] = containers;
+  json unid = json::array();
+  for (const auto& t : unidentified)
+    unid.push_back({{"cgroup", t.cgroup.cgroup_dir}, {"pod_uid", t.cgroup.pod.pod_uid},
+                    {"container_id", t.cgroup.leaf.container_id}, {"reason", t.problem}});
+  out["unidentified"] = unid;
+  out["untouched_containers"] = untouched;
+  fmt::print("{}\n", out.dump(2));
+}
+
+}  // namespace
+
+int run_check(const CheckOptions& options) {
+  auto config = load_config_file(options.config_path);
+  if (!config) {
+    std::fprintf(stderr, "gpu-devwatch check: %s\n", config.error().message.c_str());
+    return 2;
+  }
+  if (options.repair && config->mode == Mode::kObserve) {
+    std::fprintf(stderr, "gpu-devwatch check: --repair refused: mode is observe (set mode: enforce to repair)\n");
+    return 2;
+  }
+  NodeModel node(*config);
+  if (auto s = node.locate(); !s) {
+    std::fprintf(stderr, "gpu-devwatch check: %s\n", s.error().message.c_str());
+    return 2;
+  }
+  node.load_inventory();
+  if (auto s = node.load_checkpoint(); !s) {
+    std::fprintf(stderr, "gpu-devwatch check: %s\n", s.error().message.c_str());
+    return 2;
+  }
+  std::string nvml_note;
+  if (node.needs_nvml()) {
+    auto answer = run_nvml_query(self_exe(), config->devices.nvml_library, config->devices.nvml_timeout);
+    if (answer) {
+      node.set_nvml_answer(std::move(*answer));
+    } else {
+      nvml_note = " (NVML: " + answer.error().message + ")";
+    }
+  }
+  node.bundles().refresh();
+
+  std::vector<ContainerReport> reports;
+  std::vector<ContainerTarget> unidentified;
+  std::size_t untouched = 0;
+  for (const auto& cg : node.scan().containers) {
+    ContainerTarget target = node.resolve(cg);
+    if (target.kind == TargetKind::kUnidentified) {
+      if (node.allocations().pod_has_devices(cg.pod.pod_uid)) unidentified.push_back(std::move(target));
+      continue;
+    }
+    if (target.kind != TargetKind::kGpu) {
+      if (target.kind == TargetKind::kNotGpu) ++untouched;
+      continue;
+    }
+    ContainerReport r;
+    r.before = check_v1(cg.cgroup_dir, target.desired);
+    if (options.repair && r.before.ok() && !r.before.missing.empty()) {
+      r.grants = grant_v1(cg.cgroup_dir, r.before.missing);
+      r.after = check_v1(cg.cgroup_dir, target.desired);
+    }
+    r.target = std::move(target);
+    reports.push_back(std::move(r));
+  }
+  std::sort(reports.begin(), reports.end(),
+            [](const ContainerReport& a, const ContainerReport& b) { return who(a.target) < who(b.target); });
+
+  if (options.json) {
+    print_json(node, reports, unidentified, untouched, nvml_note);
+  } else {
+    print_text(node, reports, unidentified, untouched, nvml_note);
+  }
+  bool attention = !unidentified.empty() ||
+                   std::any_of(reports.begin(), reports.end(), [](const ContainerReport& r) { return r.needs_attention(); });
+  return attention ? 1 : 0;
+}
+
+}  // namespace gdw

@@ -1,0 +1,111 @@
+#include "node/node_model.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace gdw {
+
+Result<std::string> read_text_file(const std::string& path, std::size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error{path + ": " + std::strerror(errno)};
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return Error{path + ": " + std::strerror(err)};
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > max_bytes) {
+      ::close(fd);
+      return Error{path + ": larger than " + std::to_string(max_bytes) + " bytes"};
+    }
+  }
+  ::close(fd);
+  return text;
+}
+
+NodeModel::NodeModel(Config config) : config_(std::move(config)), bundles_(config_.runtime.state_dirs) {}
+
+Status NodeModel::locate() {
+  auto loc = locate_kubepods(config_.cgroup.root + "/devices", config_.cgroup.kubepods);
+  if (!loc) return loc.error();
+  kubepods_ = *loc;
+  return {};
+}
+
+Status NodeModel::load_checkpoint() {
+  auto text = read_text_file(config_.kubelet.checkpoint);
+  Result<Checkpoint> parsed = text ? parse_checkpoint(*text) : Result<Checkpoint>(text.error());
+  if (!parsed) {
+    checkpoint_.error = parsed.error().message;
+    return with_context("kubelet checkpoint " + config_.kubelet.checkpoint, parsed.error());
+  }
+  checkpoint_.loaded = true;
+  checkpoint_.error.clear();
+  checkpoint_.checkpoint = std::move(*parsed);
+  checkpoint_.used = checkpoint_.checkpoint.checksum_valid ||
+                     config_.kubelet.on_invalid_checksum == InvalidChecksumPolicy::kUse;
+  rebuild_allocations();
+  add_device_spec_nodes();
+  return {};
+}
+
+void NodeModel::rebuild_allocations() {
+  allocations_ = checkpoint_.used ? AllocationIndex(checkpoint_.checkpoint.entries, policy()) : AllocationIndex();
+}
+
+void NodeModel::add_device_spec_nodes() {
+  std::vector<std::string> names;
+  for (const auto& e : checkpoint_.checkpoint.entries) {
+    for (const auto& spec : e.device_specs) {
+      if (spec.host_path.rfind("/dev/", 0) != 0) continue;
+      std::string name = spec.host_path.substr(5);
+      if (!inventory_.dev_nodes.count(name)) names.push_back(name);
+    }
+  }
+  if (!names.empty()) add_dev_nodes(inventory_, config_.devices.dev_root, names);
+}
+
+void NodeModel::load_inventory() {
+  inventory_ = read_inventory(InventoryOptions{config_.devices.proc_root, config_.devices.dev_root,
+                                               config_.devices.mig_map});
+  if (nvml_) {
+    // NVML is the authority for the UUIDs it reports; the operator's map covers the rest.
+    for (const auto& mig : nvml_->migs) {
+      std::erase_if(inventory_.migs, [&](const MigDevice& m) { return m.uuid == mig.uuid; });
+      inventory_.migs.push_back(mig);
+    }
+    if (!nvml_->migs.empty()) inventory_.mig_source = inventory_.mig_source == "config" ? "nvml+config" : "nvml";
+  }
+  add_device_spec_nodes();
+}
+
+bool NodeModel::needs_nvml() const {
+  for (const auto& e : checkpoint_.checkpoint.entries) {
+    if (!resource_matches(config_.devices.resources, e.resource)) continue;
+    for (const auto& id : e.device_ids) {
+      if (id.rfind("MIG-", 0) == 0 && !inventory_.mig_by_uuid(strip_replica_suffix(id))) return true;
+    }
+  }
+  return false;
+}
+
+void NodeModel::set_nvml_answer(NvmlAnswer answer) {
+  nvml_ = std::move(answer);
+  load_inventory();
+}
+
+ContainerTarget NodeModel::resolve(const DiscoveredContainer& cgroup) {
+  return resolve_container(cgroup, bundles_.find_or_load(cgroup.leaf.container_id), allocations_, inventory_,
+                           policy());
+}
+
+}  // namespace gdw

@@ -1,0 +1,73 @@
+// The node as gpu-devwatch sees it: where the kubepods cgroups are, what kubelet allocated
+// (checkpoint), what the host has (inventory), who each container is (OCI bundles).
+// Reads the host; every decision is delegated to the pure functions it feeds.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/desired_state.h"
+#include "kubelet/checkpoint.h"
+#include "node/container_target.h"
+#include "nvidia/inventory.h"
+#include "nvidia/nvml.h"
+#include "runtime/bundles.h"
+#include "runtime/discovery.h"
+
+namespace gdw {
+
+struct CheckpointState {
+  bool loaded = false;      // a checkpoint was read and parsed at least once
+  std::string error;        // the last read/parse error ("" when the last load worked)
+  bool used = false;        // its entries are used for allocations
+  Checkpoint checkpoint;    // the last good parse
+};
+
+class NodeModel {
+ public:
+  explicit NodeModel(Config config);
+
+  const Config& config() const { return config_; }
+  DesiredPolicy policy() const { return DesiredPolicy{config_.devices.resources, config_.devices.control}; }
+
+  // Finds the kubepods parent in the v1 devices hierarchy (<cgroup.root>/devices).
+  Status locate();
+  const KubepodsLocation& kubepods() const { return kubepods_; }
+
+  // Reads and parses kubelet.checkpoint. On error the previous good record stays in use.
+  Status load_checkpoint();
+  const CheckpointState& checkpoint() const { return checkpoint_; }
+  const AllocationIndex& allocations() const { return allocations_; }
+
+  // Reads /proc and /dev; merges the last NVML answer and devices.mig_map.
+  void load_inventory();
+  const Inventory& inventory() const { return inventory_; }
+  // True when an allocated MIG device is not mapped yet: only then is NVML worth asking.
+  bool needs_nvml() const;
+  void set_nvml_answer(NvmlAnswer answer);
+  const std::optional<NvmlAnswer>& nvml_answer() const { return nvml_; }
+
+  BundleIndex& bundles() { return bundles_; }
+
+  KubepodsTree scan() const { return scan_kubepods(kubepods_); }
+  ContainerTarget resolve(const DiscoveredContainer& cgroup);
+
+ private:
+  void rebuild_allocations();
+  void add_device_spec_nodes();
+
+  Config config_;
+  KubepodsLocation kubepods_;
+  CheckpointState checkpoint_;
+  AllocationIndex allocations_;
+  Inventory inventory_;
+  std::optional<NvmlAnswer> nvml_;
+  BundleIndex bundles_;
+};
+
+// Reads a whole (small) file; errors name the path and errno text.
+Result<std::string> read_text_file(const std::string& path, std::size_t max_bytes = 64 << 20);
+
+}  // namespace gdw

@@ -1,0 +1,290 @@
+// gdw::Probe on the devwatch skeleton (bpf/devwatch.bpf.c): tp_btf programs, attached by
+// BTF id (no tracefs needed), and one ring buffer. Not thread-safe: one thread, the
+// daemon's event loop, owns it.
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <vector>
+
+#include "devwatch.skel.h"
+#include "devwatch_events.h"
+#include "probe/libbpf_log.h"
+#include "probe/probe.h"
+#include "probe/probe_records.h"
+
+namespace gdw {
+namespace {
+
+constexpr const char* kKernelBtf = "/sys/kernel/btf/vmlinux";
+constexpr const char* kPrivilegeHint =
+    "it needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), and kernel lockdown in "
+    "'confidentiality' mode forbids it";
+
+std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
+
+std::string join(const std::vector<std::string>& lines, const char* separator) {
+  std::string out;
+  for (const auto& line : lines) {
+    if (!out.empty()) out += separator;
+    out += line;
+  }
+  return out;
+}
+
+// libbpf prints "prog 'NAME': -- BEGIN PROG LOAD LOG --", the verifier log, then
+// "-- END PROG LOAD LOG --". The rejection reason is in the last lines before the end.
+std::optional<Error> verifier_rejection(const std::vector<std::string>& log) {
+  constexpr std::string_view kBegin = "-- BEGIN PROG LOAD LOG --";
+  constexpr std::string_view kEnd = "-- END PROG LOAD LOG --";
+  constexpr std::size_t kReasonLines = 8;
+  for (std::size_t end = log.size(); end-- > 0;) {
+    if (log[end].find(kEnd) == std::string::npos) continue;
+    std::size_t begin = end;
+    while (begin > 0 && log[begin].find(kBegin) == std::string::npos) --begin;
+    std::string program = "?";
+    auto quote = log[begin].find("prog '");
+    if (quote != std::string::npos) {
+      auto start = quote + 6;
+      auto stop = log[begin].find('\'', start);
+      if (stop != std::string::npos) program = log[begin].substr(start, stop - start);
+    }
+    std::vector<std::string> reason;
+    for (std::size_t i = end > kReasonLines + begin ? end - kReasonLines : begin + 1; i < end; ++i) {
+      if (!log[i].empty()) reason.push_back(log[i]);
+    }
+    return Error{"the BPF verifier rejected program '" + program + "' of the probe: " + join(reason, " | ")};
+  }
+  return std::nullopt;
+}
+
+// tp_btf programs name their tracepoint by its BTF type btf_trace_<name>; libbpf says
+// "failed to find kernel BTF type ID of '<name>'" when the kernel has no such tracepoint.
+std::optional<Error> missing_tracepoint(const std::vector<std::string>& log) {
+  constexpr std::string_view kMarker = "failed to find kernel BTF type ID of '";
+  for (const auto& line : log) {
+    auto at = line.find(kMarker);
+    if (at == std::string::npos) continue;
+    auto start = at + kMarker.size();
+    auto stop = line.find('\'', start);
+    std::string tracepoint = line.substr(start, stop == std::string::npos ? std::string::npos : stop - start);
+    return Error{"the kernel has no tracepoint '" + tracepoint + "' (not in " + kKernelBtf +
+                 "); the probe needs the sys_enter/sys_exit and cgroup_mkdir/cgroup_rmdir tracepoints"};
+  }
+  return std::nullopt;
+}
+
+Error load_error(const std::string& step, int err) {
+  auto log = libbpf_log_tail(256);
+  if (auto rejection = verifier_rejection(log)) return *rejection;
+  if (auto missing = missing_tracepoint(log)) return *missing;
+  if (err == -EPERM) return Error{step + ": permission denied; " + kPrivilegeHint};
+  std::vector<std::string> tail(log.size() > 3 ? log.end() - 3 : log.begin(), log.end());
+  return Error{step + ": " + errno_text(err) + (tail.empty() ? "" : " (libbpf: " + join(tail, " | ") + ")")};
+}
+
+class BpfProbe final : public Probe {
+ public:
+  explicit BpfProbe(devwatch* skeleton) : skeleton_(skeleton) {}
+  ~BpfProbe() override {
+    ring_buffer__free(ring_);
+    for (bpf_link* link : links_) bpf_link__destroy(link);
+    devwatch::destroy(skeleton_);
+  }
+  BpfProbe(const BpfProbe&) = delete;
+  BpfProbe& operator=(const BpfProbe&) = delete;
+
+  Status attach_all();
+  Status open_ring_buffer();
+
+  int fd() const override { return ring_buffer__epoll_fd(ring_); }
+  Result<int> consume(const std::function<void(const ProbeEvent&)>& handler) override;
+  Status watch_cgroup(std::uint64_t cgroup_id) override;
+  Status unwatch_cgroup(std::uint64_t cgroup_id) override;
+  Status watch_major(std::uint32_t major) override;
+  Status watch_device_node(const std::string& path, std::uint32_t major, std::uint32_t minor) override;
+  ProbeStats stats() const override;
+
+ private:
+  static int on_record(void* self, void* data, std::size_t size);
+  int deliver(std::string_view record);
+  // Fills in the device of a denied open the kernel could not attribute; false when it is
+  // not a device of a watched major (or cannot be told any more).
+  bool resolve_device(DeniedOpenEvent& event);
+
+  devwatch* skeleton_;
+  std::vector<bpf_link*> links_;
+  ring_buffer* ring_ = nullptr;
+  std::set<std::uint32_t> watched_majors_;
+  // Set only while consume() runs.
+  const std::function<void(const ProbeEvent&)>* handler_ = nullptr;
+  int delivered_ = 0;
+  std::optional<Error> consume_error_;
+  std::uint64_t events_ = 0;
+  std::uint64_t unresolved_denied_opens_ = 0;
+};
+
+Status BpfProbe::attach_all() {
+  bpf_program* program = nullptr;
+  bpf_object__for_each_program(program, skeleton_->obj) {
+    clear_libbpf_log();
+    bpf_link* link = bpf_program__attach(program);
+    if (!link) {
+      return load_error("attaching probe program '" + std::string(bpf_program__name(program)) + "' (" +
+                            bpf_program__section_name(program) + ")",
+                        -errno);
+    }
+    links_.push_back(link);
+  }
+  return {};
+}
+
+Status BpfProbe::open_ring_buffer() {
+  clear_libbpf_log();
+  ring_ = ring_buffer__new(bpf_map__fd(skeleton_->maps.events), &BpfProbe::on_record, this, nullptr);
+  if (!ring_) return load_error("opening the probe ring buffer", -errno);
+  return {};
+}
+
+int BpfProbe::on_record(void* self, void* data, std::size_t size) {
+  return static_cast<BpfProbe*>(self)->deliver(std::string_view(static_cast<const char*>(data), size));
+}
+
+int BpfProbe::deliver(std::string_view record) {
+  auto event = decode_probe_record(record);
+  if (!event) {
+    // Skip it and keep draining; consume() reports the first one.
+    if (!consume_error_) consume_error_ = event.error();
+    return 0;
+  }
+  if (auto* open = std::get_if<DeniedOpenEvent>(&*event); open && !resolve_device(*open)) return 0;
+  try {
+    (*handler_)(*event);
+  } catch (const std::exception& e) {
+    consume_error_ = Error{std::string("probe event handler failed: ") + e.what()};
+    return -ECANCELED;  // stops ring_buffer__consume; later records stay for the next call
+  } catch (...) {
+    consume_error_ = Error{"probe event handler failed with a non-standard exception"};
+    return -ECANCELED;
+  }
+  ++delivered_;
+  ++events_;
+  return 0;
+}
+
+bool BpfProbe::resolve_device(DeniedOpenEvent& event) {
+  if (!needs_device_lookup(event)) return true;  // attributed (and major-filtered) in the kernel
+  struct stat st;
+  if (::stat(opener_view_path(event).c_str(), &st) != 0) {
+    ++unresolved_denied_opens_;
+    return false;
+  }
+  if (!S_ISCHR(st.st_mode) || watched_majors_.count(major(st.st_rdev)) == 0) return false;
+  event.major = major(st.st_rdev);
+  event.minor = minor(st.st_rdev);
+  return true;
+}
+
+Result<int> BpfProbe::consume(const std::function<void(const ProbeEvent&)>& handler) {
+  handler_ = &handler;
+  delivered_ = 0;
+  consume_error_.reset();
+  int consumed = ring_buffer__consume(ring_);
+  handler_ = nullptr;
+  if (consume_error_) return *consume_error_;
+  if (consumed < 0) return Error{"reading the probe ring buffer: " + errno_text(consumed)};
+  return delivered_;
+}
+
+Status BpfProbe::watch_cgroup(std::uint64_t cgroup_id) {
+  std::uint8_t present = 1;
+  if (bpf_map__update_elem(skeleton_->maps.watched_cgroups, &cgroup_id, sizeof(cgroup_id), &present,
+                           sizeof(present), BPF_NOEXIST) == 0) {
+    skeleton_->bss->watched_cgroup_count += 1;
+    return {};
+  }
+  int err = errno;
+  if (err == EEXIST) return {};
+  return Error{"watching cgroup " + std::to_string(cgroup_id) + " in the probe: " + errno_text(err) +
+               (err == E2BIG ? " (watched_cgroups map is full)" : "")};
+}
+
+Status BpfProbe::unwatch_cgroup(std::uint64_t cgroup_id) {
+  if (bpf_map__delete_elem(skeleton_->maps.watched_cgroups, &cgroup_id, sizeof(cgroup_id), 0) == 0) {
+    skeleton_->bss->watched_cgroup_count -= 1;
+    return {};
+  }
+  int err = errno;
+  if (err == ENOENT) return {};
+  return Error{"unwatching cgroup " + std::to_string(cgroup_id) + " in the probe: " + errno_text(err)};
+}
+
+Status BpfProbe::watch_major(std::uint32_t major_number) {
+  std::uint8_t present = 1;
+  if (bpf_map__update_elem(skeleton_->maps.watched_majors, &major_number, sizeof(major_number), &present,
+                           sizeof(present), BPF_ANY) != 0) {
+    return Error{"watching device major " + std::to_string(major_number) + " in the probe: " + errno_text(errno)};
+  }
+  watched_majors_.insert(major_number);
+  return {};
+}
+
+Status BpfProbe::watch_device_node(const std::string& path, std::uint32_t major_number, std::uint32_t minor_number) {
+  gdw_path_key key{};
+  if (path.empty() || path.size() >= sizeof(key.path)) {
+    return Error{"device node path '" + path + "' must be 1 to " + std::to_string(sizeof(key.path) - 1) + " bytes"};
+  }
+  std::memcpy(key.path, path.data(), path.size());
+  gdw_device_number device{major_number, minor_number};
+  if (bpf_map__update_elem(skeleton_->maps.watched_paths, &key, sizeof(key), &device, sizeof(device), BPF_ANY) != 0) {
+    return Error{"registering device node " + path + " in the probe: " + errno_text(errno)};
+  }
+  return {};
+}
+
+ProbeStats BpfProbe::stats() const {
+  ProbeStats stats;
+  stats.events = events_;
+  stats.unresolved_denied_opens = unresolved_denied_opens_;
+  int cpus = libbpf_num_possible_cpus();
+  if (cpus > 0) {
+    std::vector<std::uint64_t> per_cpu(static_cast<std::size_t>(cpus));
+    std::uint32_t key = 0;
+    if (bpf_map__lookup_elem(skeleton_->maps.ring_buffer_drops, &key, sizeof(key), per_cpu.data(),
+                             per_cpu.size() * sizeof(std::uint64_t), 0) == 0) {
+      for (auto drops : per_cpu) stats.ring_buffer_drops += drops;
+    }
+  }
+  return stats;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Probe>> Probe::load() {
+  capture_libbpf_log();
+  libbpf_set_strict_mode(LIBBPF_STRICT_ALL);
+  if (::access(kKernelBtf, R_OK) != 0) {
+    return Error{std::string("kernel BTF is not available at ") + kKernelBtf + " (" + errno_text(errno) +
+                 "): the probe needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"};
+  }
+  clear_libbpf_log();
+  devwatch* skeleton = devwatch::open();
+  if (!skeleton) return load_error("opening the BPF probe object", -errno);
+  auto probe = std::make_unique<BpfProbe>(skeleton);
+  clear_libbpf_log();
+  if (int err = devwatch::load(skeleton); err != 0) return load_error("loading the BPF probe", err);
+  if (auto attached = probe->attach_all(); !attached) return attached.error();
+  if (auto ring = probe->open_ring_buffer(); !ring) return ring.error();
+  return std::unique_ptr<Probe>(std::move(probe));
+}
+
+}  // namespace gdw

@@ -1,0 +1,60 @@
+// Finds containers' OCI bundles (config.json) under the runtimes' state directories:
+// containerd  <dir>/<id>/config.json          (dir = .../io.containerd.runtime.v2.task/k8s.io)
+// CRI-O       <dir>/<id>/userdata/config.json (dir = .../storage/overlay-containers)
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/oci_config.h"
+
+namespace gdw {
+
+struct Bundle {
+  std::string container_id;
+  std::string config_path;
+  OciContainerInfo info;
+};
+
+class BundleIndex {
+ public:
+  explicit BundleIndex(std::vector<std::string> state_dirs);
+
+  // Rescans every state directory. A config.json whose inode, size and mtime did not change
+  // is not parsed again; bundles that disappeared are dropped.
+  void refresh();
+  // Looks one container up, loading its bundle from disk when not indexed yet (a container
+  // whose cgroup appeared before the next refresh).
+  const Bundle* find_or_load(const std::string& container_id);
+  const Bundle* find(const std::string& container_id) const;
+  // Drops a container that is gone (its cgroup was removed) without waiting for refresh().
+  void forget(const std::string& container_id) { bundles_.erase(container_id); }
+  // config.json files that could not be read or parsed, with the reason.
+  const std::map<std::string, std::string>& problems() const { return problems_; }
+  const std::vector<std::string>& state_dirs() const { return state_dirs_; }
+  std::size_t size() const { return bundles_.size(); }
+
+ private:
+  struct Stamp {
+    ino_t inode = 0;
+    off_t size = 0;
+    long mtime_ns = 0;
+    bool operator==(const Stamp&) const = default;
+  };
+  struct Entry {
+    Bundle bundle;
+    Stamp stamp;
+  };
+  // Reads <dir>/<id>/... if present; returns whether a bundle is indexed afterwards.
+  bool load(const std::string& dir, const std::string& id);
+
+  std::vector<std::string> state_dirs_;
+  std::map<std::string, Entry> bundles_;
+  std::map<std::string, std::string> problems_;
+};
+
+}  // namespace gdw

@@ -1,0 +1,96 @@
+#include "runtime/discovery.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+namespace gdw {
+namespace {
+
+bool is_dir(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::vector<std::string> subdirs(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return names;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_type != DT_DIR) continue;  // cgroupfs always fills d_type
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(std::move(name));
+  }
+  ::closedir(d);
+  return names;
+}
+
+}  // namespace
+
+Result<KubepodsLocation> locate_kubepods(const std::string& hierarchy_root, const std::string& configured) {
+  if (!is_dir(hierarchy_root)) return Error{"cgroup hierarchy " + hierarchy_root + " does not exist"};
+  if (!configured.empty()) {
+    KubepodsLocation loc{hierarchy_root, configured};
+    if (!is_dir(loc.dir())) return Error{"cgroup.kubepods: " + loc.dir() + " does not exist"};
+    return loc;
+  }
+  for (const char* name : {"kubepods", "kubepods.slice"}) {
+    KubepodsLocation loc{hierarchy_root, name};
+    if (is_dir(loc.dir())) return loc;
+  }
+  return Error{"no kubepods or kubepods.slice under " + hierarchy_root +
+               " (is kubelet running? set cgroup.kubepods to its pod parent)"};
+}
+
+std::optional<CgroupDirKind> classify_cgroup_dir(const KubepodsLocation& where, const std::string& abs_dir) {
+  const std::string base = where.dir() + "/";
+  if (abs_dir.rfind(base, 0) != 0) return std::nullopt;
+  std::vector<std::string> parts;
+  std::string rest = abs_dir.substr(base.size());
+  for (std::size_t start = 0; start <= rest.size();) {
+    auto end = rest.find('/', start);
+    parts.push_back(rest.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  QosClass qos = QosClass::kGuaranteed;
+  std::size_t i = 0;
+  if (auto q = parse_qos_dir(parts[0])) {
+    if (parts.size() == 1) return CgroupDirKind{CgroupDirKind::kQos, std::nullopt};
+    qos = *q;
+    i = 1;
+  }
+  auto pod = parse_pod_dir(parts[i]);
+  if (!pod) return std::nullopt;
+  std::string pod_dir = base + parts[0] + (i == 1 ? "/" + parts[1] : "");
+  if (parts.size() == i + 1) return CgroupDirKind{CgroupDirKind::kPod, std::nullopt};
+  if (parts.size() != i + 2) return std::nullopt;
+  auto leaf = parse_container_leaf(parts[i + 1]);
+  if (!leaf) return std::nullopt;
+  return CgroupDirKind{CgroupDirKind::kContainer, DiscoveredContainer{abs_dir, pod_dir, qos, *pod, *leaf}};
+}
+
+KubepodsTree scan_kubepods(const KubepodsLocation& where) {
+  KubepodsTree tree;
+  auto scan_pod = [&](const std::string& pod_dir, QosClass qos, const PodDirName& pod) {
+    tree.parent_dirs.push_back(pod_dir);
+    for (const auto& name : subdirs(pod_dir)) {
+      if (auto leaf = parse_container_leaf(name))
+        tree.containers.push_back(DiscoveredContainer{pod_dir + "/" + name, pod_dir, qos, pod, std::move(*leaf)});
+    }
+  };
+  const std::string root = where.dir();
+  for (const auto& name : subdirs(root)) {
+    const std::string dir = root + "/" + name;
+    if (auto qos = parse_qos_dir(name)) {
+      tree.parent_dirs.push_back(dir);
+      for (const auto& pod_name : subdirs(dir)) {
+        if (auto pod = parse_pod_dir(pod_name)) scan_pod(dir + "/" + pod_name, *qos, *pod);
+      }
+    } else if (auto pod = parse_pod_dir(name)) {
+      scan_pod(dir, QosClass::kGuaranteed, *pod);
+    }
+  }
+  return tree;
+}
+
+}  // namespace gdw

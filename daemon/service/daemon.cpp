@@ -1,0 +1,630 @@
+#include "service/daemon.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/inotify.h>
+#include <systemd/sd-daemon.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "node/config_file.h"
+#include "node/self_exe.h"
+#include "log/log.h"
+
+namespace gdw {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::microseconds;
+
+constexpr std::uint32_t kTreeMask = IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_ONLYDIR;
+constexpr std::uint32_t kDevicesFileMask = IN_MODIFY;
+// After a container cgroup appears, its bundle should already exist; if not (a runtime
+// that writes config.json late), look again a few times before leaving it to the resync.
+constexpr Clock::duration kIdentifyRetry[] = {std::chrono::milliseconds(10), std::chrono::milliseconds(100),
+                                              std::chrono::milliseconds(1000), std::chrono::milliseconds(5000)};
+// A NVML query that timed out is not retried for a while: a hung driver stays hung.
+constexpr Clock::duration kNvmlRetryAfterFailure = std::chrono::minutes(5);
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+std::string dir_name(const std::string& path) { return path.substr(0, path.rfind('/')); }
+
+std::string device_names(const std::vector<WantedDevice>& devices) {
+  std::string s;
+  for (const auto& d : devices) s += (s.empty() ? "" : ",") + d.name;
+  return s;
+}
+
+std::string grant_rules_text(const std::vector<WantedDevice>& devices) {
+  std::string s;
+  for (const auto& r : grant_rules(devices)) s += (s.empty() ? "" : "; ") + format_device_rule(r);
+  return s;
+}
+
+log::Fields fields_of(const ContainerLabels& l, const std::string& cgroup) {
+  log::Fields f;
+  f.pod_namespace = l.pod_namespace;
+  f.pod = l.pod;
+  f.container = l.container;
+  f.cgroup = cgroup;
+  return f;
+}
+
+}  // namespace
+
+void Daemon::arm_or_log(EventSource& timer, Clock::duration delay, const std::string& name) {
+  if (auto s = timer.arm(duration_cast<microseconds>(delay)); !s) {
+    metrics_.event_loop_error(name);
+    log::error("cannot arm the " + name + " timer: " + s.error().message);
+  }
+}
+
+Daemon::Daemon(Config config, std::string config_path)
+    : config_(std::move(config)), config_path_(std::move(config_path)) {}
+
+Daemon::~Daemon() = default;
+
+int Daemon::run() {
+  if (auto s = start(); !s) {
+    log::error("cannot start: " + s.error().message);
+    return 1;
+  }
+  int code = loop_->run();
+  sd_notify(0, "STOPPING=1");
+  log::info("stopped");
+  return code;
+}
+
+Status Daemon::start() {
+  auto loop = EventLoop::create();
+  if (!loop) return loop.error();
+  loop_ = std::move(*loop);
+  loop_->on_callback_error([this](const std::string& source, const std::string& what) {
+    metrics_.event_loop_error(source);
+    log::error("event handler " + source + " failed: " + what);
+  });
+  for (int sig : {SIGTERM, SIGINT}) {
+    auto s = loop_->add_signal(sig, [this, sig] {
+      log::info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ", exiting");
+      stop(0);
+    }, "signal");
+    if (!s) return s.error();
+    signal_sources_.push_back(std::move(*s));
+  }
+  auto hup = loop_->add_signal(SIGHUP, [this] { reload_config(); }, "sighup");
+  if (!hup) return hup.error();
+  signal_sources_.push_back(std::move(*hup));
+  // Writes to a cgroup removed under us must not kill the daemon.
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto in = Inotify::create();
+  if (!in) return in.error();
+  inotify_.emplace(std::move(*in));
+  // Highest priority: repairs are what the daemon is for.
+  auto src = loop_->add_io(inotify_->fd(), EPOLLIN, [this](std::uint32_t) { on_inotify(); }, "inotify", -10);
+  if (!src) return src.error();
+  inotify_source_ = std::move(*src);
+
+  auto timer = loop_->add_timer([this] {
+    full_resync("periodic");
+    arm_or_log(resync_timer_, config_.daemon.resync_interval, "resync");
+  }, "resync", duration_cast<microseconds>(config_.daemon.resync_interval));
+  if (!timer) return timer.error();
+  resync_timer_ = std::move(*timer);
+
+  if (auto s = loop_->enable_watchdog(); !s) log::warn(s.error().message);
+
+  if (!config_.metrics.listen.empty()) {
+    if (auto s = metrics_.serve(config_.metrics.listen); !s) return s.error();
+  }
+  node_ = std::make_unique<NodeModel>(config_);
+  log::info("starting: mode " + to_string(config_.mode) + ", metrics on " +
+            (config_.metrics.listen.empty() ? std::string("(off)") : config_.metrics.listen));
+  full_resync("startup");
+  ready_ = true;
+  sd_notifyf(0, "READY=1\nSTATUS=watching %zu GPU container(s)", static_cast<std::size_t>(std::count_if(
+                                                                         containers_.begin(), containers_.end(),
+                                                                         [](const auto& kv) {
+                                                                           return kv.second.target.kind == TargetKind::kGpu;
+                                                                         })));
+  log::info("ready");
+  return {};
+}
+
+void Daemon::stop(int code) { loop_->exit(code); }
+
+void Daemon::reload_config() {
+  auto fresh = load_config_file(config_path_);
+  if (!fresh) {
+    metrics_.config_reload(false);
+    log::error("SIGHUP: keeping the running configuration: " + fresh.error().message);
+    return;
+  }
+  if (fresh->metrics.listen != config_.metrics.listen)
+    log::warn("SIGHUP: metrics.listen changes only on restart; still serving " + config_.metrics.listen);
+  fresh->metrics.listen = config_.metrics.listen;
+  log::set_level(fresh->log.level);
+  // Start over from the new configuration: paths may have changed.
+  for (auto it = containers_.begin(); it != containers_.end();) {
+    metrics_.forget(it->second.labels);
+    it = containers_.erase(it);
+  }
+  for (const auto& [wd, target] : watches_) inotify_->remove(wd);
+  watches_.clear();
+  wd_by_path_.clear();
+  config_ = *fresh;
+  node_ = std::make_unique<NodeModel>(config_);
+  located_ = false;
+  metrics_.config_reload(true);
+  log::info("SIGHUP: configuration reloaded, mode " + to_string(config_.mode));
+  full_resync("reload");
+}
+
+int Daemon::add_watch(const std::string& path, std::uint32_t mask, WatchTarget target) {
+  if (auto it = wd_by_path_.find(path); it != wd_by_path_.end()) return it->second;
+  auto r = inotify_->add(path, mask);
+  if (r.wd < 0) {
+    if (r.err != ENOENT && r.err != ENOTDIR) {
+      metrics_.event_loop_error("inotify_add_watch");
+      log::warn("cannot watch " + path + ": " + std::strerror(r.err));
+    }
+    return -1;
+  }
+  watches_[r.wd] = std::move(target);
+  wd_by_path_[path] = r.wd;
+  return r.wd;
+}
+
+void Daemon::drop_watch(int wd) {
+  inotify_->remove(wd);
+  watches_.erase(wd);
+  std::erase_if(wd_by_path_, [wd](const auto& kv) { return kv.second == wd; });
+}
+
+void Daemon::watch_tree_dir(const std::string& dir) {
+  add_watch(dir, kTreeMask, {WatchTarget::kTreeDir, dir});
+  // A deny on a parent silently strips the exception from every child (no event there).
+  add_watch(dir + "/devices.deny", kDevicesFileMask, {WatchTarget::kParentDenyFile, dir});
+}
+
+void Daemon::ensure_input_watches() {
+  const std::string& ckpt = config_.kubelet.checkpoint;
+  add_watch(dir_name(ckpt), IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE | IN_ONLYDIR,
+            {WatchTarget::kCheckpointDir, dir_name(ckpt)});
+  for (const auto& dir : config_.runtime.state_dirs)
+    add_watch(dir, IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_ONLYDIR, {WatchTarget::kBundleDir, dir});
+  for (const auto& dir : {config_.devices.dev_root, config_.devices.dev_root + "/nvidia-caps"})
+    add_watch(dir, IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_ATTRIB | IN_ONLYDIR, {WatchTarget::kDevDir, dir});
+}
+
+void Daemon::full_resync(const std::string& reason) {
+  const auto start = Clock::now();
+  if (!located_) {
+    if (auto s = node_->locate(); !s) {
+      if (!locate_error_logged_) log::warn(s.error().message + "; will look again at every resync");
+      locate_error_logged_ = true;
+      metrics_.resync(reason, seconds_since(start));
+      update_gauges();
+      return;
+    }
+    located_ = true;
+    locate_error_logged_ = false;
+    log::info("watching " + node_->kubepods().dir());
+  }
+  ensure_input_watches();
+  node_->load_inventory();
+  reload_checkpoint();
+  node_->bundles().refresh();
+  maybe_query_nvml();
+
+  watch_tree_dir(node_->kubepods().dir());
+  KubepodsTree tree = node_->scan();
+  for (const auto& dir : tree.parent_dirs) watch_tree_dir(dir);
+  std::set<std::string> present;
+  for (const auto& cg : tree.containers) {
+    present.insert(cg.cgroup_dir);
+    upsert_container(cg);
+  }
+  std::vector<std::string> gone;
+  for (const auto& [dir, w] : containers_)
+    if (!present.count(dir)) gone.push_back(dir);
+  for (const auto& dir : gone) remove_container(dir);
+  // upsert re-resolved every container against the inputs just loaded; now check them.
+  check_all(Clock::now(), [](const Watched& w) { return w.target.kind == TargetKind::kGpu; });
+  update_gauges();
+  metrics_.resync(reason, seconds_since(start));
+  log::debug("resync (" + reason + ") of " + std::to_string(containers_.size()) + " container(s) took " +
+             std::to_string(seconds_since(start) * 1000) + " ms");
+}
+
+void Daemon::reload_checkpoint() {
+  auto s = node_->load_checkpoint();
+  metrics_.set_checkpoint_loaded(s.ok());
+  if (!s) {
+    log::warn(s.error().message + (node_->checkpoint().loaded ? "; keeping the last good record" : ""));
+    return;
+  }
+  const auto& cp = node_->checkpoint().checkpoint;
+  metrics_.set_checkpoint_checksum_valid(cp.checksum_valid);
+  if (!cp.checksum_valid) {
+    log::warn("kubelet checkpoint checksum does not verify (stored " + std::to_string(cp.stored_checksum) +
+              ", computed " + std::to_string(cp.computed_checksum) + "); its entries are " +
+              (node_->checkpoint().used ? "used" : "ignored (kubelet.on_invalid_checksum: ignore)"));
+  }
+  for (const auto& e : cp.entry_errors)
+    log::warn("kubelet checkpoint entry " + std::to_string(e.index) + " (pod " + e.pod_uid + ", container " +
+              e.container_name + "): " + e.message);
+}
+
+void Daemon::reload_inventory() {
+  node_->load_inventory();
+  maybe_query_nvml();
+}
+
+void Daemon::maybe_query_nvml() {
+  if (nvml_query_ || !node_->needs_nvml() || Clock::now() < nvml_next_attempt_) return;
+  auto q = NvmlQuery::start(self_exe(), config_.devices.nvml_library);
+  if (!q) {
+    log::warn("cannot ask NVML for MIG devices: " + q.error().message);
+    nvml_next_attempt_ = Clock::now() + kNvmlRetryAfterFailure;
+    return;
+  }
+  nvml_query_.emplace(std::move(*q));
+  auto finish = [this](bool timed_out) {
+    nvml_io_ = EventSource();
+    nvml_deadline_ = EventSource();
+    if (timed_out) {
+      nvml_query_->kill();
+      log::warn("NVML did not answer within " + format_duration(config_.devices.nvml_timeout) +
+                " (child killed); MIG devices stay unmapped — set devices.mig_map to map them");
+      nvml_next_attempt_ = Clock::now() + kNvmlRetryAfterFailure;
+    } else if (auto answer = nvml_query_->finish(); answer) {
+      log::info("NVML reported " + std::to_string(answer->migs.size()) + " MIG device(s)");
+      node_->set_nvml_answer(std::move(*answer));
+      reresolve_all();
+    } else {
+      log::warn("NVML query failed: " + answer.error().message);
+      nvml_next_attempt_ = Clock::now() + kNvmlRetryAfterFailure;
+    }
+    nvml_query_.reset();
+  };
+  auto io = loop_->add_io(nvml_query_->fd(), EPOLLIN | EPOLLHUP, [this, finish](std::uint32_t) {
+    if (nvml_query_->read_available()) finish(false);
+  }, "nvml");
+  auto deadline = loop_->add_timer([finish] { finish(true); }, "nvml-deadline",
+                                   duration_cast<microseconds>(config_.devices.nvml_timeout));
+  if (!io || !deadline) {
+    nvml_query_.reset();
+    return;
+  }
+  nvml_io_ = std::move(*io);
+  nvml_deadline_ = std::move(*deadline);
+}
+
+void Daemon::on_inotify() {
+  auto events = inotify_->read_all();
+  const auto trigger = Clock::now();
+  if (!events) {
+    metrics_.event_loop_error("inotify");
+    log::error(events.error().message);
+    return;
+  }
+  std::set<std::string> dirty;
+  for (const auto& ev : *events) {
+    if (ev.mask & IN_Q_OVERFLOW) {
+      metrics_.inotify_overflow();
+      log::warn("inotify queue overflowed; resyncing everything");
+      full_resync("overflow");
+      return;
+    }
+    auto it = watches_.find(ev.wd);
+    if (it == watches_.end()) continue;
+    const WatchTarget target = it->second;
+    if (ev.mask & IN_IGNORED) {
+      watches_.erase(it);
+      std::erase_if(wd_by_path_, [&](const auto& kv) { return kv.second == ev.wd; });
+      continue;
+    }
+    switch (target.kind) {
+      case WatchTarget::kContainerFile:
+        dirty.insert(target.path);
+        break;
+      case WatchTarget::kParentDenyFile:
+        for (const auto& [dir, w] : containers_)
+          if (dir.rfind(target.path + "/", 0) == 0) dirty.insert(dir);
+        break;
+      case WatchTarget::kTreeDir:
+        on_tree_event(target.path, ev);
+        break;
+      case WatchTarget::kCheckpointDir:
+        if (ev.name == base_name(config_.kubelet.checkpoint)) {
+          reload_checkpoint();
+          reresolve_all();
+        }
+        break;
+      case WatchTarget::kBundleDir:
+        for (auto& [dir, w] : containers_) {
+          if (w.target.kind == TargetKind::kUnidentified && w.cgroup.leaf.container_id == ev.name) {
+            w.identify_attempts = 0;
+            schedule_retry(w, kIdentifyRetry[0], trigger);
+          }
+        }
+        break;
+      case WatchTarget::kDevDir:
+        if (ev.name.rfind("nvidia", 0) == 0) {
+          reload_inventory();
+          reresolve_all();
+        }
+        break;
+    }
+  }
+  check_all(trigger, [&](const Watched& w) { return dirty.count(w.cgroup.cgroup_dir) > 0; });
+  update_gauges();
+}
+
+void Daemon::on_tree_event(const std::string& dir, const Inotify::Event& ev) {
+  if (!(ev.mask & IN_ISDIR) || ev.name.empty()) return;
+  const std::string path = dir + "/" + ev.name;
+  if (ev.mask & (IN_CREATE | IN_MOVED_TO)) {
+    dir_created(path);
+  } else if (ev.mask & (IN_DELETE | IN_MOVED_FROM)) {
+    std::vector<std::string> gone;
+    for (const auto& [d, w] : containers_)
+      if (d == path || d.rfind(path + "/", 0) == 0) gone.push_back(d);
+    for (const auto& d : gone) remove_container(d);
+  }
+}
+
+void Daemon::dir_created(const std::string& path) {
+  auto kind = classify_cgroup_dir(node_->kubepods(), path);
+  if (!kind) return;
+  if (kind->level == CgroupDirKind::kContainer) {
+    upsert_container(*kind->container);
+    return;
+  }
+  // A QoS or pod cgroup: watch it first, then look at what was created before the watch.
+  watch_tree_dir(path);
+  KubepodsTree tree = node_->scan();
+  for (const auto& d : tree.parent_dirs)
+    if (d.rfind(path + "/", 0) == 0) watch_tree_dir(d);
+  for (const auto& cg : tree.containers)
+    if (cg.cgroup_dir.rfind(path + "/", 0) == 0 && !containers_.count(cg.cgroup_dir)) upsert_container(cg);
+}
+
+void Daemon::upsert_container(const DiscoveredContainer& cg) {
+  auto [it, inserted] = containers_.try_emplace(
+      cg.cgroup_dir, cg, RepairBudget(config_.repair.burst, config_.repair.max_per_minute));
+  Watched& w = it->second;
+  apply_target(w, node_->resolve(cg));
+  if (inserted && w.target.kind == TargetKind::kUnidentified && node_->allocations().pod_has_devices(cg.pod.pod_uid)) {
+    schedule_retry(w, kIdentifyRetry[0], Clock::now());
+  }
+  // A container seen for the first time is checked at once (seed 001: created without
+  // nvidia-uvm in its spec). Its watches exist already, so no later write is missed.
+  if (inserted && ready_ && w.target.kind == TargetKind::kGpu) check_and_repair(w, Clock::now());
+}
+
+void Daemon::apply_target(Watched& w, ContainerTarget target) {
+  const bool was_gpu = w.target.kind == TargetKind::kGpu;
+  w.target = std::move(target);
+  if (w.target.identity) {
+    ContainerLabels labels{w.target.identity->pod_namespace, w.target.identity->pod_name,
+                           w.target.identity->container_name};
+    if (labels != w.labels && !w.labels.pod.empty()) metrics_.forget(w.labels);
+    w.labels = labels;
+  }
+  const bool is_gpu = w.target.kind == TargetKind::kGpu;
+  if (is_gpu && w.wds.empty()) {
+    for (const char* file : {"/devices.deny", "/devices.allow"}) {
+      int wd = add_watch(w.cgroup.cgroup_dir + file, kDevicesFileMask, {WatchTarget::kContainerFile, w.cgroup.cgroup_dir});
+      if (wd >= 0) w.wds.push_back(wd);
+    }
+    log::info("watching GPU container, wants " + device_names(w.target.desired.wanted),
+              fields_of(w.labels, w.cgroup.cgroup_dir));
+    for (const auto& u : w.target.desired.unresolved)
+      log::warn("allocated device not found on this node: " + u, fields_of(w.labels, w.cgroup.cgroup_dir));
+  } else if (!is_gpu && was_gpu) {
+    for (int wd : w.wds) drop_watch(wd);
+    w.wds.clear();
+    w.missing.clear();
+    metrics_.forget(w.labels);
+  }
+}
+
+void Daemon::remove_container(const std::string& cgroup_dir) {
+  auto it = containers_.find(cgroup_dir);
+  if (it == containers_.end()) return;
+  for (int wd : it->second.wds) drop_watch(wd);
+  if (it->second.target.kind == TargetKind::kGpu)
+    log::info("GPU container gone", fields_of(it->second.labels, cgroup_dir));
+  metrics_.forget(it->second.labels);
+  node_->bundles().forget(it->second.cgroup.leaf.container_id);
+  containers_.erase(it);
+}
+
+void Daemon::reresolve_all() {
+  std::set<std::string> changed;
+  for (auto& [dir, w] : containers_) {
+    const bool was_gpu = w.target.kind == TargetKind::kGpu;
+    const auto wanted_before = w.target.desired.wanted;
+    apply_target(w, node_->resolve(w.cgroup));
+    if (w.target.kind == TargetKind::kGpu && (!was_gpu || wanted_before != w.target.desired.wanted))
+      changed.insert(dir);
+  }
+  check_all(Clock::now(), [&](const Watched& w) { return changed.count(w.cgroup.cgroup_dir) > 0; });
+  update_gauges();
+}
+
+void Daemon::check_all(Clock::time_point trigger, const std::function<bool(const Watched&)>& which) {
+  // check_and_repair may drop a container whose cgroup vanished: iterate over names.
+  std::vector<std::string> dirs;
+  for (const auto& [dir, w] : containers_)
+    if (which(w)) dirs.push_back(dir);
+  for (const auto& dir : dirs)
+    if (auto it = containers_.find(dir); it != containers_.end()) check_and_repair(it->second, trigger);
+}
+
+void Daemon::schedule_retry(Watched& w, Clock::duration delay, Clock::time_point trigger) {
+  if (w.pending_since == Clock::time_point{} || trigger < w.pending_since) w.pending_since = trigger;
+  if (!w.retry) {
+    const std::string dir = w.cgroup.cgroup_dir;
+    auto t = loop_->add_timer([this, dir] {
+      auto it = containers_.find(dir);
+      if (it == containers_.end()) return;
+      Watched& c = it->second;
+      const auto since = c.pending_since;
+      c.pending_since = {};
+      if (c.target.kind == TargetKind::kUnidentified) {
+        apply_target(c, node_->resolve(c.cgroup));
+        if (c.target.kind == TargetKind::kUnidentified) {
+          if (++c.identify_attempts < static_cast<int>(std::size(kIdentifyRetry)))
+            schedule_retry(c, kIdentifyRetry[c.identify_attempts], since);
+          update_gauges();
+          return;
+        }
+      }
+      if (c.target.kind == TargetKind::kGpu) check_and_repair(c, since);
+      update_gauges();
+    }, "retry");
+    if (!t) return;
+    w.retry = std::move(*t);
+  }
+  if (!w.retry.armed()) arm_or_log(w.retry, duration_cast<microseconds>(delay) + microseconds(1), "retry");
+}
+
+void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
+  const std::string& dir = w.cgroup.cgroup_dir;
+  const auto fields = fields_of(w.labels, dir);
+  const auto now = Clock::now();
+  V1Check check = check_v1(dir, w.target.desired);
+  if (is_cgroup_gone(check.read_err)) {
+    remove_container(dir);  // removed mid-repair: quietly dropped
+    return;
+  }
+  if (!check.ok()) {
+    metrics_.event_loop_error("devices.list");
+    if (!w.read_error_logged)
+      log::error(check.read_err ? std::string("cannot read devices.list: ") + std::strerror(check.read_err)
+                                : "devices.list unreadable: " + check.parse_error,
+                 fields);
+    w.read_error_logged = true;
+    return;
+  }
+  w.read_error_logged = false;
+  std::set<DeviceNumber> missing_now;
+  for (const auto& m : check.missing) {
+    missing_now.insert(m.dev);
+    // Drift is a transition: counted when a device that was there goes missing.
+    if (!w.missing.count(m.dev)) metrics_.drift(w.labels, m.name);
+  }
+  w.missing = missing_now;
+  if (check.missing.empty()) {
+    w.observed_logged = false;
+    if (w.throttled && !w.budget.exhausted(now)) {
+      w.throttled = false;
+      log::info("repairs no longer rate-limited", fields);
+    }
+    return;
+  }
+  if (config_.mode == Mode::kObserve) {
+    if (!w.observed_logged) log::warn("missing " + device_names(check.missing) + " (observe mode: not repairing)", fields);
+    w.observed_logged = true;
+    return;
+  }
+  if (auto wait = w.budget.acquire(now); wait > Clock::duration::zero()) {
+    metrics_.throttled(w.labels);
+    if (!w.throttled) {
+      log::warn("devices revoked again and again: repairs rate-limited to " +
+                    std::to_string(config_.repair.max_per_minute) + "/min after a burst of " +
+                    std::to_string(config_.repair.burst),
+                fields);
+    }
+    w.throttled = true;
+    schedule_retry(w, wait, trigger);
+    return;
+  }
+  // Devices the kernel refused recently wait for their back-off; the others go now.
+  std::vector<WantedDevice> grantable;
+  std::optional<Clock::time_point> next_retry;
+  for (const auto& m : check.missing) {
+    auto r = w.refused_until.find(m.dev);
+    if (r != w.refused_until.end() && now < r->second) {
+      next_retry = next_retry ? std::min(*next_retry, r->second) : r->second;
+    } else {
+      grantable.push_back(m);
+    }
+  }
+  if (next_retry) schedule_retry(w, *next_retry - now, trigger);
+  if (grantable.empty()) return;
+  auto grants = grant_v1(dir, grantable);
+  metrics_.repair_duration(std::chrono::duration<double>(Clock::now() - trigger).count());
+  std::vector<WantedDevice> granted;
+  for (const auto& g : grants) {
+    metrics_.regrant(g.err == 0, "cgroupfs");
+    if (g.err == 0) {
+      granted.push_back(g.device);
+      w.missing.erase(g.device.dev);
+      w.refused_until.erase(g.device.dev);
+      w.refused_logged.erase(g.device.dev);
+      continue;
+    }
+    if (is_cgroup_gone(g.err)) {
+      remove_container(dir);
+      return;
+    }
+    w.refused_until[g.device.dev] = now + config_.repair.rejected_backoff;
+    schedule_retry(w, config_.repair.rejected_backoff, trigger);
+    if (w.refused_logged.insert(g.device.dev).second) {
+      log::Fields f = fields;
+      f.device = g.device.name;
+      const std::string rule = format_device_rule(grant_rules({g.device})[0]);
+      f.rule = rule;
+      log::error("cannot grant " + g.device.name + ": " + describe_grant_error(g.err) + "; retrying every " +
+                     format_duration(config_.repair.rejected_backoff),
+                 f);
+    }
+  }
+  if (!granted.empty()) {
+    log::Fields f = fields;
+    const std::string names = device_names(granted), rules = grant_rules_text(granted);
+    f.device = names;
+    f.rule = rules;
+    log::info("granted back " + names, f);
+  }
+}
+
+void Daemon::update_gauges() {
+  std::size_t watched = 0, missing = 0, unidentified = 0, throttled = 0;
+  for (const auto& [dir, w] : containers_) {
+    if (w.target.kind == TargetKind::kGpu) {
+      ++watched;
+      missing += !w.missing.empty();
+      throttled += w.throttled;
+    } else if (w.target.kind == TargetKind::kUnidentified && node_->allocations().pod_has_devices(w.cgroup.pod.pod_uid)) {
+      ++unidentified;
+    }
+  }
+  metrics_.set_containers_watched(watched);
+  metrics_.set_containers_missing_devices(missing);
+  metrics_.set_containers_unidentified(unidentified);
+  metrics_.set_containers_throttled(throttled);
+}
+
+int run_daemon(const std::string& config_path) {
+  auto config = load_config_file(config_path);
+  if (!config) {
+    std::fprintf(stderr, "gpu-devwatch run: %s\n", config.error().message.c_str());
+    return 2;
+  }
+  log::init(config->log.level);
+  Daemon daemon(*config, config_path);
+  return daemon.run();
+}
+
+}  // namespace gdw

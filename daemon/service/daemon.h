@@ -1,0 +1,117 @@
+// `gpu-devwatch run`: one sd-event loop that keeps every GPU container's v1 device cgroup
+// allowing what its allocation record names.
+//
+// Triggers: inotify on each GPU container's devices.allow/devices.deny (any write → re-read
+// devices.list → grant what is missing), on the kubepods tree (containers appear and go),
+// on the pod/QoS devices.deny files (a parent deny silently strips children), on the
+// checkpoint directory (kubelet replaces the file by rename), on the runtime bundle dirs,
+// on the dev root (a control node created late); SIGHUP reloads the configuration; a slow
+// periodic resync catches anything events missed.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "core/config.h"
+#include "core/repair_policy.h"
+#include "metrics/metrics.h"
+#include "node/node_model.h"
+#include "node/v1_repair.h"
+#include "nvidia/nvml.h"
+#include "watch/event_loop.h"
+#include "watch/inotify.h"
+
+namespace gdw {
+
+class Daemon {
+ public:
+  Daemon(Config config, std::string config_path);
+  ~Daemon();
+  // Runs until SIGTERM/SIGINT; returns the exit code.
+  int run();
+
+ private:
+  // What a watch descriptor is for.
+  struct WatchTarget {
+    enum Kind { kContainerFile, kTreeDir, kParentDenyFile, kCheckpointDir, kBundleDir, kDevDir } kind;
+    std::string path;  // the directory concerned
+  };
+
+  struct Watched {
+    Watched(DiscoveredContainer cg, RepairBudget b) : cgroup(std::move(cg)), budget(b) {}
+    DiscoveredContainer cgroup;
+    ContainerTarget target;
+    ContainerLabels labels;
+    std::vector<int> wds;  // devices.allow and devices.deny, while a GPU container
+    RepairBudget budget;
+    std::set<DeviceNumber> missing;  // as of the last check
+    // Grants the kernel refused (a parent denies): not retried before the back-off ends,
+    // logged once until one succeeds.
+    std::map<DeviceNumber, Clock::time_point> refused_until;
+    std::set<DeviceNumber> refused_logged;
+    bool throttled = false;
+    bool observed_logged = false;
+    bool read_error_logged = false;
+    EventSource retry;                 // deferred repair or identification retry
+    Clock::time_point pending_since{};  // the oldest trigger a deferred repair still owes
+    int identify_attempts = 0;
+  };
+
+  Status start();
+  void stop(int code);
+  void reload_config();
+
+  void full_resync(const std::string& reason);
+  void ensure_input_watches();
+  void watch_tree_dir(const std::string& dir);
+  int add_watch(const std::string& path, std::uint32_t mask, WatchTarget target);
+  void drop_watch(int wd);
+
+  void on_inotify();
+  void on_tree_event(const std::string& dir, const Inotify::Event& ev);
+  void dir_created(const std::string& path);
+  void upsert_container(const DiscoveredContainer& cg);
+  void remove_container(const std::string& cgroup_dir);
+  void apply_target(Watched& w, ContainerTarget target);
+  void reresolve_all();
+  void reload_checkpoint();
+  void reload_inventory();
+  void maybe_query_nvml();
+
+  void check_and_repair(Watched& w, Clock::time_point trigger);
+  void check_all(Clock::time_point trigger, const std::function<bool(const Watched&)>& which);
+  void schedule_retry(Watched& w, Clock::duration delay, Clock::time_point trigger);
+  void update_gauges();
+  void arm_or_log(EventSource& timer, Clock::duration delay, const std::string& name);
+
+  Config config_;
+  std::string config_path_;
+  std::unique_ptr<NodeModel> node_;
+  std::unique_ptr<EventLoop> loop_;
+  std::optional<Inotify> inotify_;
+  Metrics metrics_;
+
+  EventSource inotify_source_;
+  EventSource resync_timer_;
+  std::vector<EventSource> signal_sources_;
+
+  std::map<int, WatchTarget> watches_;
+  std::map<std::string, int> wd_by_path_;  // the watched file or directory → its watch
+  std::map<std::string, Watched> containers_;  // by cgroup directory
+  bool located_ = false;
+  bool locate_error_logged_ = false;
+  bool ready_ = false;
+
+  std::optional<NvmlQuery> nvml_query_;
+  EventSource nvml_io_;
+  EventSource nvml_deadline_;
+  Clock::time_point nvml_next_attempt_{};
+};
+
+int run_daemon(const std::string& config_path);
+
+}  // namespace gdw

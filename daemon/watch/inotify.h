@@ -1,0 +1,45 @@
+// inotify: one non-blocking descriptor for every watch the daemon holds.
+#pragma once
+
+#include <sys/inotify.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+
+namespace gdw {
+
+class Inotify {
+ public:
+  static Result<Inotify> create();
+  Inotify(Inotify&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Inotify& operator=(Inotify&& o) noexcept;
+  Inotify(const Inotify&) = delete;
+  Inotify& operator=(const Inotify&) = delete;
+  ~Inotify();
+
+  int fd() const { return fd_; }
+  // Returns the watch descriptor. Errors carry errno in err (ENOENT: the path is gone).
+  struct AddResult {
+    int wd = -1;
+    int err = 0;
+  };
+  AddResult add(const std::string& path, std::uint32_t mask);
+  void remove(int wd);
+
+  struct Event {
+    int wd = -1;
+    std::uint32_t mask = 0;
+    std::string name;
+  };
+  // Everything queued now (non-blocking). IN_Q_OVERFLOW arrives as an event with wd -1.
+  Result<std::vector<Event>> read_all();
+
+ private:
+  explicit Inotify(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+}  // namespace gdw

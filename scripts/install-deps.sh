@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the Debian packages gpu-devwatch needs to build, test and run its demo.
+# Idempotent and non-interactive: packages already present are not touched, and
+# apt-get update runs only when something is missing.
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake pkg-config clang llvm
+  libbpf-dev bpftool libelf-dev zlib1g-dev
+  libsystemd-dev libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
+  # fuzzing (libFuzzer + sanitizers for clang 14)
+  libfuzzer-14-dev libclang-rt-14-dev
+  # tests: real runtimes, real systemd, promtool, helpers
+  runc containerd busybox-static prometheus
+  debootstrap systemd-container dbus
+  util-linux iproute2 procps curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # --no-install-recommends keeps a node lean; policy-rc.d stops postinst scripts from
+  # starting services (prometheus, containerd) that the tests start themselves.
+  policy=/usr/sbin/policy-rc.d
+  created_policy=0
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; created_policy=1
+  fi
+  trap '[[ $created_policy == 1 ]] && rm -f "$policy"' EXIT
+  apt-get install -y -qq --no-install-recommends \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
+else
+  echo "install-deps: all packages present" >&2
+fi

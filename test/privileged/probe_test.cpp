@@ -1,0 +1,530 @@
+// The eBPF probe on the real kernel: rule writes to devices.allow/deny (v1), denied opens
+// of GPU nodes in watched cgroups, device-program attach/detach (v2) and cgroup
+// mkdir/rmdir. Other test runs may share the kernel, so every assertion only looks at
+// events from this test's own processes and cgroups.
+#include <bpf/bpf.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "probe/probe.h"
+#include "support/cgroup_sandbox.h"
+#include "support/process.h"
+#include "support/temp_dir.h"
+
+namespace gdw {
+namespace {
+
+using test::CgroupSandbox;
+using test::TempDir;
+
+constexpr std::uint32_t kGpuMajor = 195;  // nvidia's fixed char major; no driver behind it here
+
+std::uint64_t inode_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) ADD_FAILURE() << "stat " << path << ": " << std::strerror(errno);
+  return st.st_ino;
+}
+
+std::string own_comm() {
+  std::string comm = test::read_file("/proc/self/comm");
+  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  return comm;
+}
+
+// This process's cgroup v2 directory, from the "0::<path>" line of /proc/self/cgroup.
+std::string own_v2_cgroup_dir() {
+  std::string cgroups = test::read_file("/proc/self/cgroup");
+  auto at = cgroups.find("0::");
+  std::string rel = cgroups.substr(at + 3, cgroups.find('\n', at) - at - 3);
+  return "/sys/fs/cgroup/unified" + rel;
+}
+
+void make_char_node(const std::string& path, unsigned major_number, unsigned minor_number) {
+  ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0666, makedev(major_number, minor_number)), 0)
+      << "mknod " << path << ": " << std::strerror(errno);
+}
+
+// Everything the probe delivered during a test, and waiting for what it should deliver.
+class EventLog {
+ public:
+  explicit EventLog(Probe& probe) : probe_(probe) {}
+
+  // Consumes until an event of type E satisfies `match`, or the timeout passes.
+  template <class E>
+  std::optional<E> wait_for(const std::function<bool(const E&)>& match,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(3)) {
+    std::size_t checked = 0;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      for (; checked < events_.size(); ++checked) {
+        if (auto* e = std::get_if<E>(&events_[checked]); e && match(*e)) return *e;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+      pollfd pfd{probe_.fd(), POLLIN, 0};
+      ::poll(&pfd, 1, 20);
+      auto consumed = probe_.consume([this](const ProbeEvent& e) { events_.push_back(e); });
+      if (!consumed) {
+        ADD_FAILURE() << consumed.error().message;
+        return std::nullopt;
+      }
+    }
+  }
+
+  template <class E>
+  std::vector<E> all(const std::function<bool(const E&)>& match) const {
+    std::vector<E> out;
+    for (const auto& event : events_) {
+      if (auto* e = std::get_if<E>(&event); e && match(*e)) out.push_back(*e);
+    }
+    return out;
+  }
+
+ private:
+  Probe& probe_;
+  std::vector<ProbeEvent> events_;
+};
+
+class ProbeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!test::is_root()) GTEST_SKIP() << "needs root: loads BPF programs and creates cgroups";
+    auto loaded = Probe::load();
+    if (!loaded) {
+      const std::string& why = loaded.error().message;
+      if (why.find("permission denied") != std::string::npos || why.find("BTF is not available") != std::string::npos) {
+        GTEST_SKIP() << "probe cannot load here: " << why;
+      }
+      FAIL() << "probe failed to load: " << why;
+    }
+    probe_ = std::move(*loaded);
+    log_.emplace(*probe_);
+  }
+
+  std::unique_ptr<Probe> probe_;
+  std::optional<EventLog> log_;
+};
+
+// ---- v1 rule writes ------------------------------------------------------------------------
+
+enum class WriteCall { kWrite, kPwrite, kWritev };
+
+struct WriterRun {
+  pid_t pid = -1;
+  long result = 0;  // what the syscall returned in the child: bytes or -errno
+};
+
+// A child named "gdw-rule-writer" joins `writer_cgroup` (devices hierarchy) and writes
+// `rule` to `file` with the given syscall.
+WriterRun write_rule_from_child(const std::string& writer_cgroup, const std::string& file, const std::string& rule,
+                                WriteCall call) {
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return {};
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_NAME, "gdw-rule-writer");
+    long result = -1000;
+    if (test::move_to_cgroup(writer_cgroup, ::getpid()) == 0) {
+      int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        ssize_t n = -1;
+        switch (call) {
+          case WriteCall::kWrite: n = ::write(fd, rule.data(), rule.size()); break;
+          case WriteCall::kPwrite: n = ::pwrite(fd, rule.data(), rule.size(), 0); break;
+          case WriteCall::kWritev: {
+            iovec iov{const_cast<char*>(rule.data()), rule.size()};
+            n = ::writev(fd, &iov, 1);
+            break;
+          }
+        }
+        result = n < 0 ? -errno : n;
+      }
+    }
+    (void)!::write(report[1], &result, sizeof(result));
+    _exit(0);
+  }
+  ::close(report[1]);
+  WriterRun run{pid, -2000};
+  (void)!::read(report[0], &run.result, sizeof(run.result));
+  ::close(report[0]);
+  ::waitpid(pid, nullptr, 0);
+  return run;
+}
+
+class ProbeRuleWriteTest : public ProbeTest, public ::testing::WithParamInterface<WriteCall> {};
+
+TEST_P(ProbeRuleWriteTest, ReportsWriterRuleTargetAndResult) {
+  CgroupSandbox sandbox("devices", "probe-rule");
+  std::string target = sandbox.make("target");
+  std::string writer_cgroup = sandbox.make("writer");
+
+  WriterRun run = write_rule_from_child(writer_cgroup, target + "/devices.deny", "c 195:3 rwm\n", GetParam());
+  ASSERT_EQ(run.result, 12) << "the rule write itself failed";
+
+  auto event = log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == run.pid; });
+  ASSERT_TRUE(event) << "no rule-write event from writer " << run.pid;
+  EXPECT_EQ(event->writer.tid, run.pid);
+  EXPECT_EQ(event->writer.comm, "gdw-rule-writer");
+  EXPECT_EQ(event->writer.parent_pid, ::getpid());
+  EXPECT_EQ(event->writer.parent_comm, own_comm());
+  EXPECT_EQ(event->writer.devices_cgroup_id, inode_of(writer_cgroup));
+  EXPECT_EQ(event->writer.cgroup_id, inode_of(own_v2_cgroup_dir()));
+  EXPECT_EQ(event->target_cgroup_id, inode_of(target));
+  EXPECT_TRUE(event->deny);
+  EXPECT_EQ(event->rule, "c 195:3 rwm");
+  EXPECT_EQ(event->result, 12);
+  EXPECT_GT(event->ktime_ns, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Syscalls, ProbeRuleWriteTest,
+                         ::testing::Values(WriteCall::kWrite, WriteCall::kPwrite, WriteCall::kWritev),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case WriteCall::kWrite: return std::string("write");
+                             case WriteCall::kPwrite: return std::string("pwrite");
+                             case WriteCall::kWritev: return std::string("writev");
+                           }
+                           return std::string("unknown");
+                         });
+
+TEST_F(ProbeTest, RejectedRuleWriteCarriesTheError) {
+  CgroupSandbox sandbox("devices", "probe-reject");
+  sandbox.make("strict");
+  ASSERT_EQ(sandbox.deny("strict", "a"), 0);  // "a" is refused once a cgroup has children
+  sandbox.make("strict/child");                // inherits the deny-all
+  // A child cgroup can never allow what its parent denies: the kernel answers EPERM.
+  WriterRun run = write_rule_from_child(sandbox.path("strict"), sandbox.path("strict/child") + "/devices.allow",
+                                        "c 1:3 rwm", WriteCall::kWrite);
+  ASSERT_EQ(run.result, -EPERM);
+
+  auto event = log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == run.pid; });
+  ASSERT_TRUE(event);
+  EXPECT_FALSE(event->deny);
+  EXPECT_EQ(event->rule, "c 1:3 rwm");
+  EXPECT_EQ(event->result, -EPERM);
+  EXPECT_EQ(event->target_cgroup_id, inode_of(sandbox.path("strict/child")));
+}
+
+TEST_F(ProbeTest, WritesToOtherCgroupFilesAreNotReported) {
+  CgroupSandbox sandbox("devices", "probe-other");
+  std::string target = sandbox.make("target");
+  std::string writer_cgroup = sandbox.make("writer");
+  // cgroup.procs is a cgroup v1 file too, just not a device rule file.
+  pid_t sleeper = sandbox.add_sleeper("writer");
+  WriterRun other = write_rule_from_child(writer_cgroup, target + "/cgroup.procs", std::to_string(sleeper),
+                                          WriteCall::kWrite);
+  ASSERT_GT(other.result, 0);
+  // The fence: a reported write after the unreported one.
+  WriterRun fence = write_rule_from_child(writer_cgroup, target + "/devices.allow", "c 195:0 rw", WriteCall::kWrite);
+  ASSERT_TRUE(log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == fence.pid; }));
+  EXPECT_TRUE(log_->all<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == other.pid; }).empty());
+}
+
+// ---- denied opens ---------------------------------------------------------------------------
+
+// A child that joins a devices cgroup, opens a node there and stays alive until released,
+// so that its /proc/<pid>/root still resolves when the event is consumed.
+class HeldOpener {
+ public:
+  HeldOpener(const std::string& cgroup, const std::string& node) {
+    int report[2];
+    if (::pipe2(report, O_CLOEXEC) != 0 || ::pipe2(release_, O_CLOEXEC) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(release_[1]);
+      int err = 255;
+      if (test::move_to_cgroup(cgroup, ::getpid()) == 0) {
+        int fd = ::open(node.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+        err = fd >= 0 ? 0 : errno;
+      }
+      (void)!::write(report[1], &err, sizeof(err));
+      char byte;
+      (void)!::read(release_[0], &byte, 1);  // returns at EOF: the parent closed its end
+      _exit(0);
+    }
+    ::close(report[1]);
+    ::close(release_[0]);
+    (void)!::read(report[0], &open_errno_, sizeof(open_errno_));
+    ::close(report[0]);
+  }
+  ~HeldOpener() { release(); }
+  void release() {
+    if (pid_ <= 0) return;
+    ::close(release_[1]);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  pid_t pid() const { return pid_; }
+  int open_errno() const { return open_errno_; }
+
+ private:
+  pid_t pid_ = -1;
+  int release_[2] = {-1, -1};
+  int open_errno_ = -1;
+};
+
+class ProbeDeniedOpenTest : public ProbeTest {
+ protected:
+  void SetUp() override {
+    ProbeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    sandbox_.emplace("devices", "probe-open");
+    watched_ = sandbox_->make("watched");
+    unwatched_ = sandbox_->make("unwatched");
+    // Both cgroups deny everything but one GPU minor: 195:8 opens reach the (absent)
+    // driver and fail with ENXIO, every other node fails with EPERM.
+    for (const char* rel : {"watched", "unwatched"}) {
+      ASSERT_EQ(sandbox_->deny(rel, "a"), 0);
+      ASSERT_EQ(sandbox_->allow(rel, "c 195:8 rwm"), 0);
+    }
+    denied_gpu_ = nodes_ / "nvidia7";
+    allowed_gpu_ = nodes_ / "nvidia8";
+    null_copy_ = nodes_ / "null";
+    make_char_node(denied_gpu_, kGpuMajor, 7);
+    make_char_node(allowed_gpu_, kGpuMajor, 8);
+    make_char_node(null_copy_, 1, 3);
+    ASSERT_TRUE(probe_->watch_major(kGpuMajor));
+    ASSERT_TRUE(probe_->watch_cgroup(inode_of(watched_)));
+    ASSERT_TRUE(probe_->watch_device_node(denied_gpu_, kGpuMajor, 7));
+    ASSERT_TRUE(probe_->watch_device_node(allowed_gpu_, kGpuMajor, 8));
+  }
+
+  bool from_this_test(const DeniedOpenEvent& e) const { return e.path.rfind(nodes_.path(), 0) == 0; }
+
+  TempDir nodes_{"gdw-probe-nodes"};
+  std::optional<CgroupSandbox> sandbox_;
+  std::string watched_, unwatched_, denied_gpu_, allowed_gpu_, null_copy_;
+};
+
+TEST_F(ProbeDeniedOpenTest, OnlyTheDeniedGpuOpenInTheWatchedCgroupIsReported) {
+  EXPECT_EQ(sandbox_->open_errno("watched", allowed_gpu_), ENXIO);
+  EXPECT_EQ(sandbox_->open_errno("watched", null_copy_), EPERM);
+  EXPECT_EQ(sandbox_->open_errno("unwatched", denied_gpu_), EPERM);
+  EXPECT_EQ(sandbox_->open_errno("watched", denied_gpu_), EPERM);
+
+  auto event = log_->wait_for<DeniedOpenEvent>([&](const DeniedOpenEvent& e) { return from_this_test(e); });
+  ASSERT_TRUE(event) << "no denied-open event";
+  EXPECT_EQ(event->path, denied_gpu_);
+  EXPECT_EQ(event->major, kGpuMajor);
+  EXPECT_EQ(event->minor, 7u);
+  EXPECT_EQ(event->opener.devices_cgroup_id, inode_of(watched_));
+  EXPECT_EQ(event->opener.parent_pid, ::getpid());
+  EXPECT_EQ(event->flags & O_ACCMODE, O_RDWR);
+  // The denied open was the last of the four: anything the others produced came first.
+  EXPECT_EQ(log_->all<DeniedOpenEvent>([&](const DeniedOpenEvent& e) { return from_this_test(e); }).size(), 1u);
+}
+
+TEST_F(ProbeDeniedOpenTest, UnregisteredNodeIsResolvedInTheOpenersRoot) {
+  std::string unregistered_gpu = nodes_ / "nvidia9";
+  make_char_node(unregistered_gpu, kGpuMajor, 9);
+
+  HeldOpener null_opener(watched_, null_copy_);
+  ASSERT_EQ(null_opener.open_errno(), EPERM);
+  HeldOpener gpu_opener(watched_, unregistered_gpu);
+  ASSERT_EQ(gpu_opener.open_errno(), EPERM);
+
+  auto event = log_->wait_for<DeniedOpenEvent>([&](const DeniedOpenEvent& e) { return from_this_test(e); });
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->opener.pid, gpu_opener.pid());
+  EXPECT_EQ(event->path, unregistered_gpu);
+  EXPECT_EQ(event->major, kGpuMajor);
+  EXPECT_EQ(event->minor, 9u);
+  // The /dev/null copy (major 1, not watched) was stat'ed as well, and dropped.
+  EXPECT_EQ(log_->all<DeniedOpenEvent>([&](const DeniedOpenEvent& e) { return from_this_test(e); }).size(), 1u);
+}
+
+TEST_F(ProbeDeniedOpenTest, UnregisteredNodeOfAnExitedOpenerIsCountedNotDelivered) {
+  std::string unregistered_gpu = nodes_ / "nvidia9";
+  make_char_node(unregistered_gpu, kGpuMajor, 9);
+  std::uint64_t unresolved_before = probe_->stats().unresolved_denied_opens;
+  EXPECT_EQ(sandbox_->open_errno("watched", unregistered_gpu), EPERM);  // exits at once
+  EXPECT_EQ(sandbox_->open_errno("watched", denied_gpu_), EPERM);       // the fence
+
+  ASSERT_TRUE(log_->wait_for<DeniedOpenEvent>([&](const DeniedOpenEvent& e) { return e.path == denied_gpu_; }));
+  EXPECT_TRUE(log_->all<DeniedOpenEvent>([&](const DeniedOpenEvent& e) { return e.path == unregistered_gpu; }).empty());
+  EXPECT_EQ(probe_->stats().unresolved_denied_opens, unresolved_before + 1);
+}
+
+TEST_F(ProbeDeniedOpenTest, UnwatchedCgroupStopsReporting) {
+  ASSERT_TRUE(probe_->unwatch_cgroup(inode_of(watched_)));
+  ASSERT_TRUE(probe_->watch_cgroup(inode_of(unwatched_)));
+  EXPECT_EQ(sandbox_->open_errno("watched", denied_gpu_), EPERM);
+  EXPECT_EQ(sandbox_->open_errno("unwatched", denied_gpu_), EPERM);
+
+  auto event = log_->wait_for<DeniedOpenEvent>([&](const DeniedOpenEvent& e) { return from_this_test(e); });
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->opener.devices_cgroup_id, inode_of(unwatched_));
+  EXPECT_EQ(log_->all<DeniedOpenEvent>([&](const DeniedOpenEvent& e) { return from_this_test(e); }).size(), 1u);
+}
+
+// ---- v2 device programs ---------------------------------------------------------------------
+
+// A BPF_PROG_TYPE_CGROUP_DEVICE program that allows everything ("r0 = 1; exit").
+int load_allow_all_device_program() {
+  const bpf_insn insns[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  return bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, "gdw_test_allow", "GPL", insns, 2, nullptr);
+}
+
+std::uint32_t prog_id(int prog_fd) {
+  bpf_prog_info info{};
+  std::uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0) ADD_FAILURE() << "bpf_obj_get_info_by_fd failed";
+  return info.id;
+}
+
+class ProbeDeviceProgramTest : public ProbeTest {
+ protected:
+  void SetUp() override {
+    ProbeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (!CgroupSandbox::available("unified")) GTEST_SKIP() << "no writable cgroup2 at /sys/fs/cgroup/unified";
+    sandbox_.emplace("unified", "probe-v2");
+    cgroup_dir_ = sandbox_->make("container");
+    cgroup_id_ = inode_of(cgroup_dir_);
+    cgroup_fd_ = ::open(cgroup_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(cgroup_fd_, 0);
+    first_prog_ = load_allow_all_device_program();
+    second_prog_ = load_allow_all_device_program();
+    ASSERT_GE(first_prog_, 0) << "loading a cgroup device program: " << std::strerror(errno);
+    ASSERT_GE(second_prog_, 0);
+  }
+  void TearDown() override {
+    for (int fd : {first_prog_, second_prog_, cgroup_fd_}) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+
+  std::optional<DeviceProgramEvent> wait_for_command(DeviceProgramEvent::Command command) {
+    return log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+      return e.caller.pid == ::getpid() && e.command == command && e.target_cgroup_id == cgroup_id_;
+    });
+  }
+
+  std::optional<CgroupSandbox> sandbox_;
+  std::string cgroup_dir_;
+  std::uint64_t cgroup_id_ = 0;
+  int cgroup_fd_ = -1, first_prog_ = -1, second_prog_ = -1;
+};
+
+TEST_F(ProbeDeviceProgramTest, ProgAttachAndDetach) {
+  ASSERT_EQ(bpf_prog_attach(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  ASSERT_EQ(bpf_prog_detach2(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+
+  auto attach = wait_for_command(DeviceProgramEvent::Command::kProgAttach);
+  ASSERT_TRUE(attach);
+  EXPECT_EQ(attach->prog_id, prog_id(first_prog_));
+  EXPECT_EQ(attach->flags, static_cast<std::uint32_t>(BPF_F_ALLOW_MULTI));
+  EXPECT_EQ(attach->replaced_prog_id, 0u);
+  EXPECT_EQ(attach->result, 0);
+  EXPECT_EQ(attach->caller.comm, own_comm());
+
+  auto detach = wait_for_command(DeviceProgramEvent::Command::kProgDetach);
+  ASSERT_TRUE(detach);
+  EXPECT_EQ(detach->prog_id, prog_id(first_prog_));
+  EXPECT_EQ(detach->result, 0);
+}
+
+TEST_F(ProbeDeviceProgramTest, ReplacingAttachNamesTheReplacedProgram) {
+  ASSERT_EQ(bpf_prog_attach(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  struct bpf_prog_attach_opts opts {};
+  opts.sz = sizeof(opts);
+  opts.flags = BPF_F_ALLOW_MULTI | BPF_F_REPLACE;
+  opts.replace_prog_fd = first_prog_;
+  ASSERT_EQ(bpf_prog_attach_opts(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, &opts), 0);
+  ASSERT_EQ(bpf_prog_detach2(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+
+  auto replace = log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.caller.pid == ::getpid() && e.target_cgroup_id == cgroup_id_ && e.prog_id == prog_id(second_prog_) &&
+           e.command == DeviceProgramEvent::Command::kProgAttach;
+  });
+  ASSERT_TRUE(replace);
+  EXPECT_EQ(replace->replaced_prog_id, prog_id(first_prog_));
+  EXPECT_EQ(replace->result, 0);
+}
+
+TEST_F(ProbeDeviceProgramTest, FailedDetachCarriesTheError) {
+  // Nothing is attached: the kernel answers ENOENT.
+  EXPECT_NE(bpf_prog_detach2(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+  auto detach = wait_for_command(DeviceProgramEvent::Command::kProgDetach);
+  ASSERT_TRUE(detach);
+  EXPECT_EQ(detach->result, -ENOENT);
+}
+
+TEST_F(ProbeDeviceProgramTest, LinkCreateUpdateDetach) {
+  int link = bpf_link_create(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, nullptr);
+  ASSERT_GE(link, 0) << std::strerror(errno);
+  ASSERT_EQ(bpf_link_update(link, second_prog_, nullptr), 0);
+  ASSERT_EQ(bpf_link_detach(link), 0);
+  ::close(link);
+
+  auto create = wait_for_command(DeviceProgramEvent::Command::kLinkCreate);
+  ASSERT_TRUE(create);
+  EXPECT_EQ(create->prog_id, prog_id(first_prog_));
+  EXPECT_EQ(create->result, link);  // LINK_CREATE returns the new link's fd
+
+  auto update = wait_for_command(DeviceProgramEvent::Command::kLinkUpdate);
+  ASSERT_TRUE(update);
+  EXPECT_EQ(update->prog_id, prog_id(second_prog_));
+  EXPECT_EQ(update->replaced_prog_id, prog_id(first_prog_));
+  EXPECT_EQ(update->result, 0);
+
+  auto detach = wait_for_command(DeviceProgramEvent::Command::kLinkDetach);
+  ASSERT_TRUE(detach);
+  EXPECT_EQ(detach->prog_id, prog_id(second_prog_));
+  EXPECT_EQ(detach->result, 0);
+}
+
+// ---- cgroup lifecycle -----------------------------------------------------------------------
+
+TEST_F(ProbeTest, CgroupMkdirAndRmdir) {
+  for (const char* hierarchy : {"devices", "unified"}) {
+    SCOPED_TRACE(hierarchy);
+    if (!CgroupSandbox::available(hierarchy)) continue;
+    CgroupSandbox sandbox(hierarchy, "probe-life");
+    std::string dir = sandbox.make("pod");
+    std::uint64_t id = inode_of(dir);
+    std::string rel = "/" + sandbox.name() + "/pod";
+    sandbox.remove("pod");
+
+    auto created = log_->wait_for<CgroupLifecycleEvent>(
+        [&](const CgroupLifecycleEvent& e) { return e.created && e.cgroup_id == id && e.path == rel; });
+    ASSERT_TRUE(created);
+    EXPECT_EQ(created->level, 2);
+    auto removed = log_->wait_for<CgroupLifecycleEvent>(
+        [&](const CgroupLifecycleEvent& e) { return !e.created && e.cgroup_id == id && e.path == rel; });
+    ASSERT_TRUE(removed);
+    EXPECT_EQ(removed->hierarchy_id, created->hierarchy_id);
+  }
+}
+
+TEST_F(ProbeTest, StatsCountDeliveredEventsAndNoDrops) {
+  CgroupSandbox sandbox("devices", "probe-stats");
+  std::string dir = sandbox.make("a");
+  std::uint64_t id = inode_of(dir);
+  ASSERT_TRUE(log_->wait_for<CgroupLifecycleEvent>([&](const CgroupLifecycleEvent& e) { return e.cgroup_id == id; }));
+  ProbeStats stats = probe_->stats();
+  EXPECT_GE(stats.events, 1u);
+  EXPECT_EQ(stats.ring_buffer_drops, 0u);
+}
+
+}  // namespace
+}  // namespace gdw

@@ -1,0 +1,57 @@
+// Real cgroups for privileged tests, under a unique per-run parent
+// (/sys/fs/cgroup/<hierarchy>/gdw-test-<pid>-<n>). Holds only processes the test started;
+// everything is killed by PID and removed, deepest first, when the sandbox goes away.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace gdw::test {
+
+class CgroupSandbox {
+ public:
+  // hierarchy: "devices" (v1) or "unified" (v2); cgroup_root is normally /sys/fs/cgroup.
+  explicit CgroupSandbox(const std::string& hierarchy = "devices", const std::string& tag = "",
+                         const std::string& cgroup_root = "/sys/fs/cgroup");
+  ~CgroupSandbox();
+  CgroupSandbox(const CgroupSandbox&) = delete;
+  CgroupSandbox& operator=(const CgroupSandbox&) = delete;
+
+  // True when this process can create cgroups in the hierarchy (root, mounted, writable).
+  static bool available(const std::string& hierarchy = "devices", const std::string& cgroup_root = "/sys/fs/cgroup");
+
+  const std::string& hierarchy_root() const { return hierarchy_root_; }  // /sys/fs/cgroup/devices
+  const std::string& name() const { return name_; }                      // gdw-test-123-0
+  std::string path(const std::string& rel = "") const;                    // absolute
+  // mkdir -p below the sandbox parent; returns the absolute path.
+  std::string make(const std::string& rel);
+  // Starts a process that sleeps inside <rel>; killed by PID at the end.
+  pid_t add_sleeper(const std::string& rel);
+  void kill_sleeper(pid_t pid);
+  // Forks a process, moves it into <rel>, opens `node` there and reports the errno
+  // (0 when the open succeeded). This is how tests prove or disprove a grant.
+  int open_errno(const std::string& rel, const std::string& node, int flags = O_RDWR);
+  // v1: writes one rule to devices.allow / devices.deny of <rel>; returns errno (0 = ok).
+  int allow(const std::string& rel, const std::string& rule);
+  int deny(const std::string& rel, const std::string& rule);
+  std::string devices_list(const std::string& rel) const;
+  // Removes <rel> (and below) early, e.g. to simulate a pod deletion; kills its sleepers.
+  void remove(const std::string& rel);
+
+ private:
+  std::string hierarchy_root_;
+  std::string name_;
+  std::vector<pid_t> sleepers_;
+};
+
+// Writes `content` to an existing (kernel) file in one write(); returns errno (0 = ok).
+int write_kernel_file(const std::string& path, const std::string& content);
+// Moves process `pid` into the cgroup directory `dir`; returns errno.
+int move_to_cgroup(const std::string& dir, pid_t pid);
+// Removes a cgroup directory tree deepest first (each must be empty of processes).
+void remove_cgroup_tree(const std::string& dir);
+
+}  // namespace gdw::test

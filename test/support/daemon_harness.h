@@ -1,0 +1,47 @@
+// Runs the real gpu-devwatch daemon against a SandboxNode for privileged tests.
+#pragma once
+
+#include <cerrno>
+#include <memory>
+#include <string>
+
+#include "support/metrics_text.h"
+#include "support/process.h"
+#include "support/sandbox_node.h"
+
+namespace gdw::test {
+
+class DaemonHarness {
+ public:
+  explicit DaemonHarness(SandboxNode& node) : node_(node), port_(free_port()) {}
+  ~DaemonHarness() { stop(); }
+
+  // Writes a config (metrics on a free loopback port, probe off unless `extra` says so,
+  // debug logs) and starts `gpu-devwatch run`; waits for "ready".
+  bool start(const std::string& extra = "", bool probe = false);
+  // SIGTERM and wait; returns the exit code.
+  int stop();
+
+  BackgroundProcess& process() { return *daemon_; }
+  std::string output() const { return daemon_ ? daemon_->output() : std::string(); }
+  std::string metrics() const { return http_get(port_); }
+  double metric(const std::string& name, const std::map<std::string, std::string>& labels = {}) const {
+    return metric_value(metrics(), name, labels).value_or(-1);
+  }
+  const std::string& config_path() const { return config_; }
+  int port() const { return port_; }
+
+  // Polls until a process in the container's cgroup gets `want` opening the node.
+  bool eventually_errno(const SandboxContainer& c, const std::string& node_name, int want,
+                        std::chrono::milliseconds timeout = 3s) {
+    return eventually([&] { return node_.open_errno(c, node_name) == want; }, timeout);
+  }
+
+ private:
+  SandboxNode& node_;
+  int port_;
+  std::string config_;
+  std::unique_ptr<BackgroundProcess> daemon_;
+};
+
+}  // namespace gdw::test

@@ -1,0 +1,208 @@
+#include "support/sandbox_node.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <stdexcept>
+
+#include "kubelet/checkpoint.h"
+
+namespace gdw::test {
+namespace {
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 gen{std::random_device{}()};
+  return gen;
+}
+
+void make_node(const std::string& path, std::uint32_t major, std::uint32_t minor) {
+  make_dirs(path.substr(0, path.rfind('/')));
+  if (::mknod(path.c_str(), S_IFCHR | 0666, makedev(major, minor)) != 0)
+    throw std::runtime_error("mknod " + path + " failed (root needed)");
+}
+
+std::string escape_systemd(std::string s) {
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+}  // namespace
+
+std::string random_hex(std::size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i) s += digits[rng()() % 16];
+  return s;
+}
+
+std::string random_uuid() {
+  std::string h = random_hex(32);
+  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-4" + h.substr(13, 3) + "-a" + h.substr(17, 3) + "-" + h.substr(20, 12);
+}
+
+SandboxNode::SandboxNode() : SandboxNode(Options{}) {}
+
+SandboxNode::SandboxNode(const Options& options) : options_(options), cgroups_("devices", options.tag) {
+  std::string devices = "Character devices:\n  1 mem\n  5 /dev/tty\n195 nvidia\n195 nvidiactl\n";
+  if (options_.create_uvm_nodes) devices += std::to_string(kUvmMajor) + " nvidia-uvm\n";
+  devices += std::to_string(kCapsMajor) + " nvidia-caps\n\nBlock devices:\n  7 loop\n";
+  files_.write("proc/devices", devices);
+  for (int i = 0; i < options_.gpus; ++i) {
+    char bus[32];
+    std::snprintf(bus, sizeof bus, "0000:%02x:00.0", 0x10 + i);
+    files_.write(std::string("proc/driver/nvidia/gpus/") + bus + "/information",
+                 "Model: \t\t NVIDIA H20\nIRQ:             134\nGPU UUID: \t " + gpu_uuid(i) +
+                     "\nVideo BIOS: \t 96.00.af.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+                     "DMA Mask: \t 0xfffffffffffff\nBus Location: \t " + bus + "\nDevice Minor: \t " +
+                     std::to_string(i) + "\nGPU Excluded: \t No\n");
+    make_node(node_path("nvidia" + std::to_string(i)), kNvidiaMajor, static_cast<std::uint32_t>(i));
+  }
+  files_.write("proc/driver/nvidia-caps/mig-minors", "config 1\nmonitor 2\n");
+  make_node(node_path("nvidiactl"), kNvidiaMajor, 255);
+  if (options_.create_uvm_nodes) {
+    make_node(node_path("nvidia-uvm"), kUvmMajor, 0);
+    make_node(node_path("nvidia-uvm-tools"), kUvmMajor, 1);
+  }
+  files_.mkdirs("run/containerd/io.containerd.runtime.v2.task/k8s.io");
+  files_.mkdirs("kubelet/device-plugins");
+  cgroups_.make(options_.systemd_naming ? "kubepods.slice" : "kubepods");
+  write_checkpoint();
+}
+
+SandboxNode::~SandboxNode() = default;
+
+std::string SandboxNode::gpu_uuid(int index) const {
+  char uuid[64];
+  std::snprintf(uuid, sizeof uuid, "GPU-%08x-e770-3ea8-8ac3-8a1d4197%04x", 0x0650a168 + index, index);
+  return uuid;
+}
+
+std::string SandboxNode::kubepods_rel() const {
+  return cgroups_.name() + (options_.systemd_naming ? "/kubepods.slice" : "/kubepods");
+}
+
+std::vector<std::string> SandboxNode::spec_allow_rules() {
+  // runc's default device list, in its order.
+  return {"c *:* m", "b *:* m", "c 1:3 rwm", "c 1:8 rwm", "c 1:7 rwm", "c 5:0 rwm",
+          "c 1:5 rwm", "c 1:9 rwm", "c 5:1 rwm", "c 136:* rwm", "c 5:2 rwm", "c 10:200 rwm"};
+}
+
+const SandboxContainer& SandboxNode::add_container(SandboxContainerSpec spec) {
+  SandboxContainer c;
+  if (spec.pod_uid.empty()) spec.pod_uid = random_uuid();
+  if (spec.pod_name.empty()) spec.pod_name = "pod-" + spec.pod_uid.substr(0, 5);
+  if (spec.container_name.empty()) spec.container_name = "main";
+  c.id = random_hex(64);
+  const std::string qos = spec.qos == QosClass::kGuaranteed ? "" : to_string(spec.qos);
+  if (options_.systemd_naming) {
+    std::string qos_slice = qos.empty() ? "" : "kubepods-" + qos + ".slice/";
+    std::string pod_slice = "kubepods-" + (qos.empty() ? "" : qos + "-") + "pod" + escape_systemd(spec.pod_uid) + ".slice";
+    c.cgroup_rel = "kubepods.slice/" + qos_slice + pod_slice + "/cri-containerd-" + c.id + ".scope";
+  } else {
+    c.cgroup_rel = "kubepods/" + (qos.empty() ? "" : qos + "/") + "pod" + spec.pod_uid + "/" + c.id;
+  }
+  c.spec = std::move(spec);
+  if (c.spec.with_bundle) files_.write("run/containerd/io.containerd.runtime.v2.task/k8s.io/" + c.id + "/config.json",
+                                       bundle_json(c));
+  c.cgroup_dir = cgroups_.make(c.cgroup_rel);
+  // Container creation as runc does it, then the NVIDIA hook's out-of-band grants.
+  reapply_spec(c.cgroup_rel);
+  if (!c.spec.device_ids.empty()) {
+    if (c.spec.hook_grants_gpu) {
+      for (const auto& id : c.spec.device_ids) {
+        for (int i = 0; i < options_.gpus; ++i)
+          if (id.rfind(gpu_uuid(i), 0) == 0) cgroups_.allow(c.cgroup_rel, "c 195:" + std::to_string(i) + " rw");
+      }
+      cgroups_.allow(c.cgroup_rel, "c 195:255 rw");
+    }
+    if (c.spec.hook_grants_uvm && options_.create_uvm_nodes) {
+      cgroups_.allow(c.cgroup_rel, "c " + std::to_string(kUvmMajor) + ":0 rw");
+      cgroups_.allow(c.cgroup_rel, "c " + std::to_string(kUvmMajor) + ":1 rw");
+    }
+  }
+  c.sleeper = cgroups_.add_sleeper(c.cgroup_rel);
+  containers_.push_back(c);
+  return containers_.back();
+}
+
+void SandboxNode::remove_container(const SandboxContainer& c) {
+  cgroups_.remove(c.cgroup_rel);
+  remove_tree(files_.path() + "/run/containerd/io.containerd.runtime.v2.task/k8s.io/" + c.id);
+  std::string id = c.id;
+  std::erase_if(containers_, [&](const SandboxContainer& x) { return x.id == id; });
+}
+
+void SandboxNode::reapply_spec(const std::string& cgroup_rel) {
+  if (int err = cgroups_.deny(cgroup_rel, "a"); err != 0)
+    throw std::runtime_error("deny a on " + cgroup_rel + " failed: " + std::to_string(err));
+  for (const auto& rule : spec_allow_rules()) cgroups_.allow(cgroup_rel, rule);
+}
+
+std::string SandboxNode::bundle_json(const SandboxContainer& c) const {
+  using json = nlohmann::json;
+  json devices = json::array({{{"allow", false}, {"access", "rwm"}}});
+  for (const auto& text : spec_allow_rules()) {
+    auto rule = parse_device_rule(text);
+    json r = {{"allow", true}, {"type", std::string(1, static_cast<char>(rule->type))}, {"access", format_access(rule->access)}};
+    if (rule->major != kAnyNumber) r["major"] = rule->major;
+    if (rule->minor != kAnyNumber) r["minor"] = rule->minor;
+    devices.push_back(r);
+  }
+  json doc = {
+      {"ociVersion", "1.0.2-dev"},
+      {"process", {{"args", {"/pause"}}, {"env", {"NVIDIA_VISIBLE_DEVICES=all"}}}},
+      {"annotations",
+       {{"io.kubernetes.cri.container-type", "container"},
+        {"io.kubernetes.cri.container-name", c.spec.container_name},
+        {"io.kubernetes.cri.sandbox-id", random_hex(64)},
+        {"io.kubernetes.cri.sandbox-name", c.spec.pod_name},
+        {"io.kubernetes.cri.sandbox-namespace", c.spec.pod_namespace},
+        {"io.kubernetes.cri.sandbox-uid", c.spec.pod_uid}}},
+      {"linux",
+       {{"cgroupsPath", "/" + c.cgroup_rel}, {"resources", {{"devices", devices}}}, {"devices", json::array()}}},
+  };
+  return doc.dump(2);
+}
+
+void SandboxNode::write_checkpoint() {
+  std::vector<CheckpointWriteEntry> entries;
+  for (const auto& c : containers_) {
+    if (c.spec.device_ids.empty() && c.spec.device_specs.empty()) continue;
+    CheckpointWriteEntry e;
+    e.pod_uid = c.spec.pod_uid;
+    e.container_name = c.spec.container_name;
+    e.resource = c.spec.resource;
+    e.device_ids_by_numa[0] = c.spec.device_ids;
+    std::string visible;
+    for (const auto& id : c.spec.device_ids) visible += (visible.empty() ? "" : ",") + id;
+    e.alloc_resp.envs["NVIDIA_VISIBLE_DEVICES"] = visible;
+    e.alloc_resp.devices = c.spec.device_specs;
+    entries.push_back(std::move(e));
+  }
+  std::map<std::string, std::vector<std::string>> registered;
+  for (int i = 0; i < options_.gpus; ++i) registered["nvidia.com/gpu"].push_back(gpu_uuid(i));
+  const std::string dir = files_.path() + "/kubelet/device-plugins";
+  const std::string tmp = dir + "/.kubelet_internal_checkpoint.tmp";
+  write_file(tmp, gdw::write_checkpoint(entries, registered));
+  if (::rename(tmp.c_str(), checkpoint_path().c_str()) != 0) throw std::runtime_error("rename checkpoint failed");
+}
+
+std::string SandboxNode::write_config(const std::string& extra) const {
+  std::string yaml = "cgroup:\n  root: " + cgroups_.hierarchy_root().substr(0, cgroups_.hierarchy_root().rfind('/')) +
+                     "\n  kubepods: " + kubepods_rel() + "\nkubelet:\n  checkpoint: " + checkpoint_path() +
+                     "\nruntime:\n  state_dirs: [" + state_dir() + "]\ndevices:\n  dev_root: " + dev_root() +
+                     "\n  proc_root: " + proc_root() + "\n  nvml_library: /nonexistent/libnvidia-ml.so.1\n" + extra;
+  return files_.write("gpu-devwatch.yaml", yaml);
+}
+
+int SandboxNode::open_errno(const SandboxContainer& c, const std::string& node_name) {
+  return cgroups_.open_errno(c.cgroup_rel, node_path(node_name));
+}
+
+}  // namespace gdw::test

@@ -1,0 +1,110 @@
+// A sandbox GPU node on the real kernel: real test cgroups laid out like kubelet's
+// (under a unique parent), a sleeping process in every container cgroup, GPU device nodes
+// made with mknod (no driver behind them: an allowed open gives ENXIO, a denied one EPERM),
+// a fixture /proc/driver/nvidia tree, OCI bundles with CRI annotations and a valid kubelet
+// checkpoint. Used by the privileged tests, the benchmarks and the demo.
+#pragma once
+
+#include <sys/types.h>
+
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+#include "runtime/cgroup_names.h"
+#include "support/cgroup_sandbox.h"
+#include "support/temp_dir.h"
+
+namespace gdw::test {
+
+// Majors of the fixture devices. 195 is NVIDIA's; the dynamic ones are unused here.
+inline constexpr std::uint32_t kNvidiaMajor = 195;
+inline constexpr std::uint32_t kUvmMajor = 237;
+inline constexpr std::uint32_t kCapsMajor = 238;
+
+struct SandboxContainerSpec {
+  std::string pod_namespace = "default";
+  std::string pod_name;
+  std::string container_name;
+  QosClass qos = QosClass::kBurstable;
+  std::string resource = "nvidia.com/gpu";
+  std::vector<std::string> device_ids;  // the allocation; empty: a container without GPUs
+  std::vector<DeviceSpec> device_specs;
+  bool with_bundle = true;
+  // As the NVIDIA hook does out of band: allow the GPU and control nodes at creation.
+  // false reproduces seed 001 (nvidia-uvm never granted) for everything but the GPU.
+  bool hook_grants_gpu = true;
+  bool hook_grants_uvm = true;
+  std::string pod_uid;  // generated when empty; set to put a second container in a pod
+};
+
+struct SandboxContainer {
+  SandboxContainerSpec spec;
+  std::string id;          // 64 hex characters
+  std::string cgroup_rel;  // relative to the sandbox parent
+  std::string cgroup_dir;  // absolute
+  pid_t sleeper = -1;
+};
+
+class SandboxNode {
+ public:
+  struct Options {
+    int gpus = 2;
+    bool systemd_naming = false;  // kubepods.slice/... and cri-containerd-<id>.scope
+    bool create_uvm_nodes = true;
+    std::string tag;
+  };
+  SandboxNode();
+  explicit SandboxNode(const Options& options);
+  ~SandboxNode();
+
+  static bool available() { return CgroupSandbox::available("devices"); }
+
+  const SandboxContainer& add_container(SandboxContainerSpec spec);
+  // Kills the container's process and removes its cgroup and bundle (checkpoint untouched).
+  void remove_container(const SandboxContainer& c);
+  // (Re)writes the checkpoint atomically (temp file + rename), as kubelet does.
+  void write_checkpoint();
+
+  std::string gpu_uuid(int index) const;
+  std::string node_path(const std::string& name) const { return dev_.path() + "/" + name; }  // "nvidia0"
+  const std::string& dev_root() const { return dev_.path(); }
+  std::string proc_root() const { return files_.path() + "/proc"; }
+  std::string checkpoint_path() const { return files_.path() + "/kubelet/device-plugins/kubelet_internal_checkpoint"; }
+  std::string state_dir() const { return files_.path() + "/run/containerd/io.containerd.runtime.v2.task/k8s.io"; }
+  std::string kubepods_rel() const;  // relative to the devices hierarchy root
+  CgroupSandbox& cgroups() { return cgroups_; }
+  const std::list<SandboxContainer>& containers() const { return containers_; }
+
+  // A config file for the daemon/check pointing at this sandbox; `extra` is appended YAML
+  // (top-level keys not otherwise set here: mode, metrics, daemon, repair, probe, log).
+  std::string write_config(const std::string& extra = "") const;
+
+  // The revocation patterns, written to the real cgroup files the way the revokers do.
+  // Old runc / containerd-shim and systemd v1: deny `a`, then the spec's allows.
+  void reapply_spec(const SandboxContainer& c) { reapply_spec(c.cgroup_rel); }
+  void reapply_spec(const std::string& cgroup_rel);
+  // The devices the spec allows (runc's defaults), as rules.
+  static std::vector<std::string> spec_allow_rules();
+
+  // errno of an open() of /dev-root/<name> by a process inside the container's cgroup:
+  // ENXIO = allowed (no driver), EPERM = denied.
+  int open_errno(const SandboxContainer& c, const std::string& node_name);
+
+ private:
+  std::string bundle_json(const SandboxContainer& c) const;
+
+  Options options_;
+  TempDir files_{"gdw-node"};
+  TempDir dev_{"gdw-dev"};
+  CgroupSandbox cgroups_;
+  std::list<SandboxContainer> containers_;  // stable references for callers
+};
+
+std::string random_hex(std::size_t n);
+std::string random_uuid();
+
+}  // namespace gdw::test
