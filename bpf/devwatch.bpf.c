@@ -3,23 +3,25 @@
  *
  * BTF-enabled raw tracepoints only (tp_btf; no kprobes/fentry, which not every kernel we
  * run on allows):
- *  - tp_btf/sys_enter + tp_btf/sys_exit, dispatched on the syscall number:
+ *  - tp_btf/sys_exit, dispatched on the syscall number, does almost everything, because
+ *    on x86_64 the syscall's argument registers are still intact in pt_regs at exit and
+ *    the outcome is known:
  *     write, pwrite64, writev, pwritev, pwritev2: writes to a cgroup v1 devices.allow /
- *       devices.deny. The file is recognised at entry from the fd; the rule text and the
- *       result are taken at exit, when the kernel has already faulted the buffer in.
+ *       devices.deny, recognised from the fd; rule text from the user buffer (already
+ *       faulted in by the kernel), result from the return value.
  *     openat, openat2, open: opens that failed with EPERM inside a watched cgroup (see
- *       "Denied opens" below).
- *     bpf: attach/detach/replace of BPF_CGROUP_DEVICE programs (cgroup v2 device rules).
+ *       "Denied opens" below). Any other result returns on the first comparison.
+ *     bpf: emits the device-program event stashed at entry.
+ *  - tp_btf/sys_enter only for bpf(): LINK_DETACH / LINK_UPDATE change the link (its
+ *    cgroup, its program) during the call, so they must be read before it.
  *  - tp_btf/cgroup_mkdir, tp_btf/cgroup_rmdir.
  *
- * Why not the per-syscall tracepoints (tracepoint/syscalls/sys_enter_write ...): on the
- * 6.18 kernel this was built on, each hit of a perf syscall tracepoint costs ~450 ns even
- * with an empty program (write() to /dev/null: 250 -> 900 ns), while the raw sys_enter /
- * sys_exit tracepoints cost a few ns per syscall. They also need tracefs mounted to find
- * tracepoint ids; tp_btf attaches by BTF id.
+ * Why not the per-syscall tracepoints (tracepoint/syscalls/sys_enter_write ...): measured
+ * on the 6.18 kernel this was built on, write() to /dev/null takes ~235 ns; an empty
+ * program on syscalls/sys_enter_write adds ~400 ns per hit (perf tracepoint path), an
+ * empty tp_btf/sys_exit adds ~110 ns to every syscall (the tracing slow path itself).
+ * They also need tracefs mounted to find tracepoint ids; tp_btf attaches by BTF id.
  *
- * Enter and exit are paired per thread through LRU hash maps keyed by tid; each pending
- * entry remembers its syscall number so an exit never completes another syscall's entry.
  * Everything leaves through one ring buffer; failed reservations are counted per CPU.
  */
 #include "vmlinux.h"
@@ -55,7 +57,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define CGROUP2_SUPER_MAGIC 0x63677270
 #define EPERM 1
 #define AT_FDCWD -100
-#define ATTR_PREFIX_SIZE 20
+#define ATTR_PREFIX_SIZE 20           /* union bpf_attr bytes we read: up to replace_bpf_fd */
 #define BPF_F_REPLACE_FLAG (1U << 2) /* BPF_F_REPLACE is a #define in UAPI, not in BTF */
 
 /* kernfs_node.parent became __parent in 6.15; both spellings are resolved at load time. */
@@ -91,8 +93,8 @@ struct {
   __type(value, __u64);
 } ring_buffer_drops SEC(".maps");
 
-/* Cgroup ids (v2 ids and v1 devices cgroup ids share the kernfs id space of their own
- * hierarchy; a collision only widens the filter) whose denied opens are reported. */
+/* Cgroup ids whose denied opens are reported: v2 ids and v1 devices cgroup ids (each the
+ * kernfs id of the directory in its own hierarchy; a collision only widens the filter). */
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(max_entries, 16384);
@@ -114,32 +116,9 @@ struct {
   __type(value, struct gdw_device_number);
 } watched_paths SEC(".maps");
 
-/* Kept in step with watched_cgroups by user space: lets every open of an unwatched
- * system skip the map lookups. */
-__u32 watched_cgroup_count = 0;
-
-/* ---- enter/exit pairing ----------------------------------------------------------------- */
-
-struct pending_rule_write {
-  __u64 ktime_ns;
-  __u64 target_cgroup_id;
-  __u64 buf; /* user buffer, or the iovec array for the vectored syscalls */
-  __u64 count;
-  __s64 syscall_nr;
-  __u32 deny;
-  __u32 vectored;
-};
-
-struct pending_open {
-  __u64 ktime_ns;
-  __u64 filename;
-  __s64 syscall_nr;
-  __s32 dfd;
-  __u32 flags;
-};
+/* ---- bpf() entry state -------------------------------------------------------------------- */
 
 struct pending_device_program {
-  __u64 ktime_ns;
   __u64 target_cgroup_id;
   __u32 command;
   __u32 flags;
@@ -147,32 +126,13 @@ struct pending_device_program {
   __u32 replaced_prog_id;
 };
 
-struct {
-  __uint(type, BPF_MAP_TYPE_LRU_HASH);
-  __uint(max_entries, 1024);
-  __type(key, __u32);
-  __type(value, struct pending_rule_write);
-} pending_rule_writes SEC(".maps");
-
-struct {
-  __uint(type, BPF_MAP_TYPE_LRU_HASH);
-  __uint(max_entries, 4096);
-  __type(key, __u32);
-  __type(value, struct pending_open);
-} pending_opens SEC(".maps");
-
+/* Keyed by tid; LRU so that entries of threads killed inside bpf() cannot pile up. */
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
   __uint(max_entries, 256);
   __type(key, __u32);
   __type(value, struct pending_device_program);
 } pending_device_programs SEC(".maps");
-
-/* Entries stashed and not yet collected. Every write()/open() on the machine passes the
- * exit tracepoint; while nothing is pending (the usual case) it returns before touching
- * the hash map. An entry lost to LRU eviction only keeps the shortcut off. */
-__u64 rule_writes_in_flight = 0;
-__u64 opens_in_flight = 0;
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -184,6 +144,11 @@ static __always_inline void *reserve_event(__u64 size) {
     if (drops) *drops += 1; /* per-CPU value: no atomic needed */
   }
   return event;
+}
+
+static __always_inline bool in_compat_syscall(void) {
+  struct task_struct *task = bpf_get_current_task_btf();
+  return bpf_core_field_exists(struct thread_info, status) && (task->thread_info.status & TS_COMPAT);
 }
 
 static __always_inline struct kernfs_node *kernfs_parent(struct kernfs_node *kn) {
@@ -222,15 +187,18 @@ static __always_inline void fill_process(struct gdw_process *p) {
   p->devices_cgroup_id = devices_cgroup_id(task);
 }
 
-/* current->files->fdt->fd[fd], NULL when out of range. */
+/* current->files->fdt->fd[fd], NULL when out of range. Runs on every write() on the
+ * machine: the table pointers are read directly through the BTF-typed task (no helper
+ * call), only the variable-index slot needs bpf_probe_read_kernel. */
 static __always_inline struct file *file_of_fd(__u64 fd_arg) {
   __u32 fd = (__u32)fd_arg;
-  struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-  struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-  if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds)) return NULL;
-  struct file **fds = BPF_CORE_READ(fdt, fd);
+  struct task_struct *task = bpf_get_current_task_btf();
+  struct files_struct *files = task->files;
+  if (!files) return NULL;
+  struct fdtable *fdt = files->fdt;
+  if (fd >= fdt->max_fds) return NULL;
   struct file *file = NULL;
-  bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
+  bpf_probe_read_kernel(&file, sizeof(file), (void *)fdt->fd + (__u64)fd * sizeof(file));
   return file;
 }
 
@@ -283,7 +251,7 @@ static __always_inline enum bpf_attach_type cgroup_link_attach_type(struct bpf_l
 
 /* ---- cgroup v1 rule writes ------------------------------------------------------------ */
 
-static __always_inline int stash_rule_write(struct pt_regs *regs, long syscall_nr, __u32 vectored) {
+static __always_inline int emit_rule_write(struct pt_regs *regs, long ret, bool vectored) {
   struct file *file = file_of_fd(PT_REGS_PARM1_SYSCALL(regs));
   if (!file) return 0;
   struct inode *inode = BPF_CORE_READ(file, f_inode);
@@ -299,46 +267,21 @@ static __always_inline int stash_rule_write(struct pt_regs *regs, long syscall_n
   else
     return 0;
 
-  /* The cgroup is the directory holding the file; its kernfs id is the cgroup id. */
-  struct kernfs_node *directory = kernfs_parent(kn);
-  struct pending_rule_write pending = {
-      .ktime_ns = bpf_ktime_get_ns(),
-      .target_cgroup_id = BPF_CORE_READ(directory, id),
-      .buf = PT_REGS_PARM2_SYSCALL(regs),
-      .count = PT_REGS_PARM3_SYSCALL(regs),
-      .syscall_nr = syscall_nr,
-      .deny = deny,
-      .vectored = vectored,
-  };
-  __u32 tid = (__u32)bpf_get_current_pid_tgid();
-  if (bpf_map_update_elem(&pending_rule_writes, &tid, &pending, BPF_ANY) == 0)
-    __sync_fetch_and_add(&rule_writes_in_flight, 1);
-  return 0;
-}
-
-static __always_inline int emit_rule_write(long syscall_nr, long ret) {
-  if (!rule_writes_in_flight) return 0;
-  __u32 tid = (__u32)bpf_get_current_pid_tgid();
-  struct pending_rule_write *found = bpf_map_lookup_elem(&pending_rule_writes, &tid);
-  if (!found) return 0;
-  struct pending_rule_write pending = *found;
-  if (bpf_map_delete_elem(&pending_rule_writes, &tid) == 0)
-    __sync_fetch_and_add(&rule_writes_in_flight, -1);
-  if (pending.syscall_nr != syscall_nr) return 0;
-
   struct gdw_rule_write_event *e = reserve_event(sizeof(*e));
   if (!e) return 0;
   e->header.type = GDW_EVENT_RULE_WRITE;
   e->header.reserved = 0;
-  e->header.ktime_ns = pending.ktime_ns;
+  e->header.ktime_ns = bpf_ktime_get_ns();
   fill_process(&e->writer);
-  e->target_cgroup_id = pending.target_cgroup_id;
+  /* The cgroup is the directory holding the file; its kernfs id is the cgroup id. */
+  struct kernfs_node *directory = kernfs_parent(kn);
+  e->target_cgroup_id = BPF_CORE_READ(directory, id);
   e->result = ret;
-  e->deny = pending.deny;
+  e->deny = deny;
 
-  __u64 buf = pending.buf;
-  __u64 count = pending.count;
-  if (pending.vectored) {
+  __u64 buf = PT_REGS_PARM2_SYSCALL(regs);
+  __u64 count = PT_REGS_PARM3_SYSCALL(regs);
+  if (vectored) {
     /* Only the first iovec: the kernel parses one rule per write anyway. */
     struct iovec first = {};
     bpf_probe_read_user(&first, sizeof(first), (void *)buf);
@@ -356,53 +299,31 @@ static __always_inline int emit_rule_write(long syscall_nr, long ret) {
 
 /* ---- denied opens ----------------------------------------------------------------------------
  *
- * Filtering, in order:
- *  1. entry: nothing at all unless watched_cgroup_count != 0; then only tasks whose v2
- *     cgroup id (bpf_get_current_cgroup_id) or v1 devices cgroup id is in watched_cgroups
- *     stash {dfd, filename pointer, flags};
- *  2. exit: only a result of exactly -EPERM goes on;
- *  3. the path string, read at exit, is looked up in watched_paths (filled by user space
- *     with the GPU node paths it knows, e.g. "/dev/nvidia0"). Found: the device number
- *     comes from the map and the event is kept only if its major is in watched_majors.
- *     Not found: the event leaves with 0:0 and user space decides (it stats the path in
- *     the opener's root; see daemon/probe). No syscall tracepoint sees the inode of a
- *     failed open, and this kernel has no tracepoint on the permission path, so the path
- *     string is the only in-kernel handle on the device.
+ * Filtering, in order, all at syscall exit:
+ *  1. only a result of exactly -EPERM goes on (every other open stops here);
+ *  2. only tasks whose v2 cgroup id (bpf_get_current_cgroup_id) or v1 devices cgroup id is
+ *     in watched_cgroups;
+ *  3. the path string is looked up in watched_paths (filled by user space with the GPU
+ *     node paths it knows, e.g. "/dev/nvidia0"). Found: the device number comes from the
+ *     map and the event is kept only if its major is in watched_majors. Not found: the
+ *     event leaves with 0:0 and user space decides (it stats the path in the opener's
+ *     root; see daemon/probe). No syscall tracepoint sees the inode of a failed open and
+ *     this kernel has no tracepoint on the permission path, so the path string is the
+ *     only in-kernel handle on the device.
  */
 
-static __always_inline int stash_open(long syscall_nr, __s32 dfd, __u64 filename, __u32 flags) {
-  if (!watched_cgroup_count) return 0;
+static __always_inline int emit_denied_open(long ret, __s32 dfd, __u64 filename, __u32 flags) {
+  if (ret != -EPERM) return 0;
   __u64 cgroup_id = bpf_get_current_cgroup_id();
   if (!bpf_map_lookup_elem(&watched_cgroups, &cgroup_id)) {
     __u64 devices_id = devices_cgroup_id((struct task_struct *)bpf_get_current_task());
     if (!devices_id || !bpf_map_lookup_elem(&watched_cgroups, &devices_id)) return 0;
   }
-  struct pending_open pending = {
-      .ktime_ns = bpf_ktime_get_ns(),
-      .filename = filename,
-      .syscall_nr = syscall_nr,
-      .dfd = dfd,
-      .flags = flags,
-  };
-  __u32 tid = (__u32)bpf_get_current_pid_tgid();
-  if (bpf_map_update_elem(&pending_opens, &tid, &pending, BPF_ANY) == 0)
-    __sync_fetch_and_add(&opens_in_flight, 1);
-  return 0;
-}
-
-static __always_inline int emit_denied_open(long syscall_nr, long ret) {
-  if (!opens_in_flight) return 0;
-  __u32 tid = (__u32)bpf_get_current_pid_tgid();
-  struct pending_open *found = bpf_map_lookup_elem(&pending_opens, &tid);
-  if (!found) return 0;
-  struct pending_open pending = *found;
-  if (bpf_map_delete_elem(&pending_opens, &tid) == 0) __sync_fetch_and_add(&opens_in_flight, -1);
-  if (pending.syscall_nr != syscall_nr || ret != -EPERM) return 0;
 
   struct gdw_denied_open_event *e = reserve_event(sizeof(*e));
   if (!e) return 0;
   __builtin_memset(e->path, 0, sizeof(e->path)); /* the path is also a hash key */
-  bpf_probe_read_user_str(e->path, sizeof(e->path), (void *)pending.filename);
+  bpf_probe_read_user_str(e->path, sizeof(e->path), (void *)filename);
   struct gdw_device_number *device = bpf_map_lookup_elem(&watched_paths, e->path);
   if (device) {
     __u32 major = device->major;
@@ -418,10 +339,10 @@ static __always_inline int emit_denied_open(long syscall_nr, long ret) {
   }
   e->header.type = GDW_EVENT_DENIED_OPEN;
   e->header.reserved = 0;
-  e->header.ktime_ns = pending.ktime_ns;
+  e->header.ktime_ns = bpf_ktime_get_ns();
   fill_process(&e->opener);
-  e->dfd = pending.dfd;
-  e->flags = pending.flags;
+  e->dfd = dfd;
+  e->flags = flags;
   bpf_ringbuf_submit(e, 0);
   return 0;
 }
@@ -434,15 +355,15 @@ static __always_inline int stash_device_program(struct pt_regs *regs) {
       cmd != BPF_LINK_UPDATE && cmd != BPF_LINK_DETACH)
     return 0;
 
-  /* The attr prefixes we need end at byte 20 (replace_bpf_fd); the caller's size may be
-   * smaller, fields past it count as zero (the bpf(2) contract). */
+  /* The caller's size may be smaller than the prefix we read; fields past it count as
+   * zero (the bpf(2) contract). */
   union bpf_attr attr;
   __builtin_memset(&attr, 0, sizeof(attr));
   __u64 size = PT_REGS_PARM3_SYSCALL(regs);
   if (size > ATTR_PREFIX_SIZE) size = ATTR_PREFIX_SIZE;
   if (bpf_probe_read_user(&attr, size, (void *)PT_REGS_PARM2_SYSCALL(regs)) != 0) return 0;
 
-  struct pending_device_program pending = {.ktime_ns = bpf_ktime_get_ns()};
+  struct pending_device_program pending = {};
   if (cmd == BPF_PROG_ATTACH || cmd == BPF_PROG_DETACH) {
     if (attr.attach_type != BPF_CGROUP_DEVICE) return 0;
     pending.command = cmd == BPF_PROG_ATTACH ? GDW_DEVPROG_PROG_ATTACH : GDW_DEVPROG_PROG_DETACH;
@@ -492,7 +413,7 @@ static __always_inline int emit_device_program(long ret) {
   if (!e) return 0;
   e->header.type = GDW_EVENT_DEVICE_PROGRAM;
   e->header.reserved = 0;
-  e->header.ktime_ns = pending.ktime_ns;
+  e->header.ktime_ns = bpf_ktime_get_ns();
   fill_process(&e->caller);
   e->command = pending.command;
   e->flags = pending.flags;
@@ -506,58 +427,40 @@ static __always_inline int emit_device_program(long ret) {
 
 /* ---- syscall dispatch ---------------------------------------------------------------------- */
 
-static __always_inline bool in_compat_syscall(void) {
-  struct task_struct *task = bpf_get_current_task_btf();
-  return bpf_core_field_exists(struct thread_info, status) && (task->thread_info.status & TS_COMPAT);
+/* Runs for every syscall on the machine: one comparison for all but bpf(). */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(syscall_enter, struct pt_regs *regs, long syscall_nr) {
+  if (syscall_nr != NR_bpf || in_compat_syscall()) return 0;
+  return stash_device_program(regs);
 }
 
 /* Runs for every syscall on the machine: the switch is all most of them see. */
-SEC("tp_btf/sys_enter")
-int BPF_PROG(syscall_enter, struct pt_regs *regs, long syscall_nr) {
-  switch (syscall_nr) {
-    case NR_write:
-    case NR_pwrite64:
-      return in_compat_syscall() ? 0 : stash_rule_write(regs, syscall_nr, 0);
-    case NR_writev:
-    case NR_pwritev:
-    case NR_pwritev2:
-      return in_compat_syscall() ? 0 : stash_rule_write(regs, syscall_nr, 1);
-    case NR_openat:
-      if (in_compat_syscall()) return 0;
-      return stash_open(syscall_nr, (__s32)PT_REGS_PARM1_SYSCALL(regs), PT_REGS_PARM2_SYSCALL(regs),
-                        (__u32)PT_REGS_PARM3_SYSCALL(regs));
-    case NR_openat2: {
-      if (in_compat_syscall()) return 0;
-      __u64 flags = 0; /* open_how.flags is the first member */
-      bpf_probe_read_user(&flags, sizeof(flags), (void *)PT_REGS_PARM3_SYSCALL(regs));
-      return stash_open(syscall_nr, (__s32)PT_REGS_PARM1_SYSCALL(regs), PT_REGS_PARM2_SYSCALL(regs),
-                        (__u32)flags);
-    }
-    case NR_open:
-      if (in_compat_syscall()) return 0;
-      return stash_open(syscall_nr, AT_FDCWD, PT_REGS_PARM1_SYSCALL(regs), (__u32)PT_REGS_PARM2_SYSCALL(regs));
-    case NR_bpf:
-      return in_compat_syscall() ? 0 : stash_device_program(regs);
-  }
-  return 0;
-}
-
-/* Compat syscalls never stash, so their exits find nothing pending. */
 SEC("tp_btf/sys_exit")
 int BPF_PROG(syscall_exit, struct pt_regs *regs, long ret) {
-  long syscall_nr = SYSCALL_NR(regs);
-  switch (syscall_nr) {
+  switch (SYSCALL_NR(regs)) {
     case NR_write:
     case NR_pwrite64:
+      return in_compat_syscall() ? 0 : emit_rule_write(regs, ret, false);
     case NR_writev:
     case NR_pwritev:
     case NR_pwritev2:
-      return emit_rule_write(syscall_nr, ret);
+      return in_compat_syscall() ? 0 : emit_rule_write(regs, ret, true);
     case NR_openat:
-    case NR_openat2:
+      if (ret != -EPERM || in_compat_syscall()) return 0;
+      return emit_denied_open(ret, (__s32)PT_REGS_PARM1_SYSCALL(regs), PT_REGS_PARM2_SYSCALL(regs),
+                              (__u32)PT_REGS_PARM3_SYSCALL(regs));
+    case NR_openat2: {
+      if (ret != -EPERM || in_compat_syscall()) return 0;
+      __u64 flags = 0; /* open_how.flags is the first member */
+      bpf_probe_read_user(&flags, sizeof(flags), (void *)PT_REGS_PARM3_SYSCALL(regs));
+      return emit_denied_open(ret, (__s32)PT_REGS_PARM1_SYSCALL(regs), PT_REGS_PARM2_SYSCALL(regs),
+                              (__u32)flags);
+    }
     case NR_open:
-      return emit_denied_open(syscall_nr, ret);
+      if (ret != -EPERM || in_compat_syscall()) return 0;
+      return emit_denied_open(ret, AT_FDCWD, PT_REGS_PARM1_SYSCALL(regs), (__u32)PT_REGS_PARM2_SYSCALL(regs));
     case NR_bpf:
+      /* Compat tasks never stash, so nothing is found for them. */
       return emit_device_program(ret);
   }
   return 0;

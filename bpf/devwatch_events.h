@@ -38,7 +38,7 @@ enum gdw_device_program_command {
 struct gdw_event_header {
   __u32 type; /* enum gdw_event_type */
   __u32 reserved;
-  __u64 ktime_ns; /* CLOCK_MONOTONIC at syscall entry (at the tracepoint for cgroups) */
+  __u64 ktime_ns; /* CLOCK_MONOTONIC when the event was emitted (syscall exit) */
 };
 
 struct gdw_process {

@@ -77,14 +77,8 @@ void NodeModel::add_device_spec_nodes() {
 void NodeModel::load_inventory() {
   inventory_ = read_inventory(InventoryOptions{config_.devices.proc_root, config_.devices.dev_root,
                                                config_.devices.mig_map});
-  if (nvml_) {
-    // NVML is the authority for the UUIDs it reports; the operator's map covers the rest.
-    for (const auto& mig : nvml_->migs) {
-      std::erase_if(inventory_.migs, [&](const MigDevice& m) { return m.uuid == mig.uuid; });
-      inventory_.migs.push_back(mig);
-    }
-    if (!nvml_->migs.empty()) inventory_.mig_source = inventory_.mig_source == "config" ? "nvml+config" : "nvml";
-  }
+  // NVML is the authority for the MIG UUIDs it reports; devices.mig_map covers the rest.
+  if (nvml_) merge_nvml_answer(inventory_, *nvml_);
   add_device_spec_nodes();
 }
 

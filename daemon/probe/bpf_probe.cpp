@@ -208,21 +208,15 @@ Result<int> BpfProbe::consume(const std::function<void(const ProbeEvent&)>& hand
 Status BpfProbe::watch_cgroup(std::uint64_t cgroup_id) {
   std::uint8_t present = 1;
   if (bpf_map__update_elem(skeleton_->maps.watched_cgroups, &cgroup_id, sizeof(cgroup_id), &present,
-                           sizeof(present), BPF_NOEXIST) == 0) {
-    skeleton_->bss->watched_cgroup_count += 1;
+                           sizeof(present), BPF_ANY) == 0)
     return {};
-  }
   int err = errno;
-  if (err == EEXIST) return {};
   return Error{"watching cgroup " + std::to_string(cgroup_id) + " in the probe: " + errno_text(err) +
                (err == E2BIG ? " (watched_cgroups map is full)" : "")};
 }
 
 Status BpfProbe::unwatch_cgroup(std::uint64_t cgroup_id) {
-  if (bpf_map__delete_elem(skeleton_->maps.watched_cgroups, &cgroup_id, sizeof(cgroup_id), 0) == 0) {
-    skeleton_->bss->watched_cgroup_count -= 1;
-    return {};
-  }
+  if (bpf_map__delete_elem(skeleton_->maps.watched_cgroups, &cgroup_id, sizeof(cgroup_id), 0) == 0) return {};
   int err = errno;
   if (err == ENOENT) return {};
   return Error{"unwatching cgroup " + std::to_string(cgroup_id) + " in the probe: " + errno_text(err)};

@@ -33,7 +33,7 @@ struct RuleWriteEvent {
   bool deny = false;                   // devices.deny (else devices.allow)
   std::string rule;                    // what was written, trailing newline removed
   std::int64_t result = 0;             // syscall return: bytes written or -errno
-  std::uint64_t ktime_ns = 0;          // CLOCK_MONOTONIC at syscall entry
+  std::uint64_t ktime_ns = 0;          // CLOCK_MONOTONIC at syscall exit
 };
 
 // An open() of a character device that failed with EPERM inside a watched cgroup.

@@ -185,11 +185,13 @@ TEST(NvmlQuery, ChildGetsDevNullStdinTheArgumentsAndNoLeakedFds) {
   // An fd without O_CLOEXEC, as a careless library elsewhere in the daemon might leave one.
   int leaky = ::open("/dev/null", O_RDONLY);
   ASSERT_GE(leaky, 3);
-  std::string script = write_script(dir, "fake-gpu-devwatch",
-                                    "[ \"$1 $2 $3\" = 'nvml-query --library /x/libnvml.so' ] || { echo \"args: $*\" >&2; exit 9; }\n"
-                                    "[ \"$(readlink /proc/$$/fd/0)\" = /dev/null ] || { echo 'stdin not /dev/null' >&2; exit 9; }\n"
-                                    "[ -e /proc/$$/fd/" + std::to_string(leaky) + " ] && { echo 'fd leaked' >&2; exit 9; }\n"
-                                    "echo '{\"driver_version\": \"script\", \"gpus\": [], \"migs\": []}'\n");
+  std::string fd = std::to_string(leaky);
+  std::string script = write_script(
+      dir, "fake-gpu-devwatch",
+      "[ \"$1 $2 $3\" = 'nvml-query --library /x/libnvml.so' ] || { echo \"args: $*\" >&2; exit 9; }\n"
+      "[ \"$(readlink /proc/$$/fd/0)\" = /dev/null ] || { echo 'stdin not /dev/null' >&2; exit 9; }\n"
+      "[ -e /proc/$$/fd/" + fd + " ] && { echo 'fd " + fd + " leaked' >&2; exit 9; }\n"
+      "echo '{\"driver_version\": \"script\", \"gpus\": [], \"migs\": []}'\n");
   auto answer = run_nvml_query(script, "/x/libnvml.so", 10s);
   ::close(leaky);
   ASSERT_TRUE(answer.ok()) << answer.error().message;
@@ -225,7 +227,8 @@ TEST(NvmlQuery, StderrIsBoundedInTheMessage) {
 TEST(NvmlQuery, UnexecutableBinaryIsAnError) {
   auto answer = run_nvml_query("/nonexistent/gpu-devwatch", kFakeNvml, 10s);
   ASSERT_FALSE(answer.ok());
-  EXPECT_TRUE(contains(answer.error().message, "exited with status 127: nvml-query: cannot execute /nonexistent/gpu-devwatch"))
+  EXPECT_TRUE(contains(answer.error().message,
+                       "exited with status 127: nvml-query: cannot execute /nonexistent/gpu-devwatch"))
       << answer.error().message;
 }
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): installs what is needed, builds, runs every ctest
+# test (unit, integration, privileged — the privileged ones need root), then each libFuzzer
+# target for a bounded time. Under CI (CI=true) a skipped privileged test is a failure:
+# CI runs as root on a machine where they must run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+scripts/build.sh
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+(cd build && ctest --output-on-failure -j "$(nproc)" --timeout 600) 2>&1 | tee "$log" || status=$?
+
+if [[ "${CI:-}" == "true" ]]; then
+  skipped=$(grep -E '^\s*[0-9]+ - privileged\..*\(Skipped\)' "$log" || true)
+  if [[ -n "$skipped" ]]; then
+    echo "test.sh: privileged tests were skipped under CI (they must run as root here):" >&2
+    echo "$skipped" >&2
+    status=1
+  fi
+fi
+
+scripts/fuzz.sh "${GDW_FUZZ_SECONDS:-20}" || status=1
+
+if [[ $status -eq 0 ]]; then echo "test.sh: all tests passed"; else echo "test.sh: FAILED" >&2; fi
+exit $status
