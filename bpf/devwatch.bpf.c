@@ -3,17 +3,17 @@
  *
  * BTF-enabled raw tracepoints only (tp_btf; no kprobes/fentry, which not every kernel we
  * run on allows):
- *  - tp_btf/sys_exit, dispatched on the syscall number, does almost everything, because
- *    on x86_64 the syscall's argument registers are still intact in pt_regs at exit and
- *    the outcome is known:
+ *  - tp_btf/sys_exit, dispatched on the syscall number. On x86_64 the syscall's argument
+ *    registers are still intact in pt_regs at exit and the outcome is known, so no entry
+ *    hook is needed (an entry hook would cost every syscall on the machine ~50 ns more):
  *     write, pwrite64, writev, pwritev, pwritev2: writes to a cgroup v1 devices.allow /
  *       devices.deny, recognised from the fd; rule text from the user buffer (already
  *       faulted in by the kernel), result from the return value.
  *     openat, openat2, open: opens that failed with EPERM inside a watched cgroup (see
  *       "Denied opens" below). Any other result returns on the first comparison.
- *     bpf: emits the device-program event stashed at entry.
- *  - tp_btf/sys_enter only for bpf(): LINK_DETACH / LINK_UPDATE change the link (its
- *    cgroup, its program) during the call, so they must be read before it.
+ *     bpf: attach/detach/replace of BPF_CGROUP_DEVICE programs (cgroup v2 device rules).
+ *       A detached link has forgotten its cgroup and an updated link its old program, so
+ *       cgroup_device_links remembers both per link id (seeded by user space at load).
  *  - tp_btf/cgroup_mkdir, tp_btf/cgroup_rmdir.
  *
  * Why not the per-syscall tracepoints (tracepoint/syscalls/sys_enter_write ...): measured
@@ -116,23 +116,16 @@ struct {
   __type(value, struct gdw_device_number);
 } watched_paths SEC(".maps");
 
-/* ---- bpf() entry state -------------------------------------------------------------------- */
-
-struct pending_device_program {
-  __u64 target_cgroup_id;
-  __u32 command;
-  __u32 flags;
-  __u32 prog_id;
-  __u32 replaced_prog_id;
-};
-
-/* Keyed by tid; LRU so that entries of threads killed inside bpf() cannot pile up. */
+/* BPF_CGROUP_DEVICE links by link id: what a link no longer tells once detached (its
+ * cgroup) or updated (its previous program). Filled at LINK_CREATE / LINK_UPDATE and by
+ * user space for links that existed before the probe; LRU because a link released by
+ * its holder's exit makes no bpf() call to remove it. */
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
-  __uint(max_entries, 256);
+  __uint(max_entries, 16384);
   __type(key, __u32);
-  __type(value, struct pending_device_program);
-} pending_device_programs SEC(".maps");
+  __type(value, struct gdw_device_link);
+} cgroup_device_links SEC(".maps");
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -146,8 +139,7 @@ static __always_inline void *reserve_event(__u64 size) {
   return event;
 }
 
-static __always_inline bool in_compat_syscall(void) {
-  struct task_struct *task = bpf_get_current_task_btf();
+static __always_inline bool in_compat_syscall(struct task_struct *task) {
   return bpf_core_field_exists(struct thread_info, status) && (task->thread_info.status & TS_COMPAT);
 }
 
@@ -187,12 +179,12 @@ static __always_inline void fill_process(struct gdw_process *p) {
   p->devices_cgroup_id = devices_cgroup_id(task);
 }
 
-/* current->files->fdt->fd[fd], NULL when out of range. Runs on every write() on the
+/* task->files->fdt->fd[fd], NULL when out of range. Runs on every write() on the
  * machine: the table pointers are read directly through the BTF-typed task (no helper
- * call), only the variable-index slot needs bpf_probe_read_kernel. */
-static __always_inline struct file *file_of_fd(__u64 fd_arg) {
+ * call; helper calls are what costs here), only the variable-index slot needs
+ * bpf_probe_read_kernel. */
+static __always_inline struct file *file_of_fd(struct task_struct *task, __u64 fd_arg) {
   __u32 fd = (__u32)fd_arg;
-  struct task_struct *task = bpf_get_current_task_btf();
   struct files_struct *files = task->files;
   if (!files) return NULL;
   struct fdtable *fdt = files->fdt;
@@ -219,22 +211,22 @@ static __always_inline const char *file_dentry_name(struct file *file) {
   return (const char *)BPF_CORE_READ(file, f_path.dentry, d_name.name);
 }
 
-static __always_inline __u32 prog_id_of_fd(__u64 fd) {
-  struct file *file = file_of_fd(fd);
+static __always_inline __u32 prog_id_of_fd(struct task_struct *task, __u64 fd) {
+  struct file *file = file_of_fd(task, fd);
   if (!file || !KERNEL_STR_EQUALS(file_dentry_name(file), "bpf-prog")) return 0;
   struct bpf_prog *prog = BPF_CORE_READ(file, private_data);
   return BPF_CORE_READ(prog, aux, id);
 }
 
-static __always_inline struct bpf_link *link_of_fd(__u64 fd) {
-  struct file *file = file_of_fd(fd);
+static __always_inline struct bpf_link *link_of_fd(struct task_struct *task, __u64 fd) {
+  struct file *file = file_of_fd(task, fd);
   if (!file || !KERNEL_STR_EQUALS(file_dentry_name(file), "bpf_link")) return NULL;
   return BPF_CORE_READ(file, private_data);
 }
 
 /* A cgroup directory fd (v1 or v2) → its kernfs id, which is the cgroup id. */
-static __always_inline __u64 cgroup_id_of_fd(__u64 fd) {
-  struct file *file = file_of_fd(fd);
+static __always_inline __u64 cgroup_id_of_fd(struct task_struct *task, __u64 fd) {
+  struct file *file = file_of_fd(task, fd);
   if (!file) return 0;
   struct inode *inode = BPF_CORE_READ(file, f_inode);
   unsigned long magic = BPF_CORE_READ(inode, i_sb, s_magic);
@@ -251,8 +243,9 @@ static __always_inline enum bpf_attach_type cgroup_link_attach_type(struct bpf_l
 
 /* ---- cgroup v1 rule writes ------------------------------------------------------------ */
 
-static __always_inline int emit_rule_write(struct pt_regs *regs, long ret, bool vectored) {
-  struct file *file = file_of_fd(PT_REGS_PARM1_SYSCALL(regs));
+static __always_inline int emit_rule_write(struct task_struct *task, struct pt_regs *regs, long ret,
+                                           bool vectored) {
+  struct file *file = file_of_fd(task, PT_REGS_PARM1_SYSCALL(regs));
   if (!file) return 0;
   struct inode *inode = BPF_CORE_READ(file, f_inode);
   if (BPF_CORE_READ(inode, i_sb, s_magic) != CGROUP_SUPER_MAGIC) return 0;
@@ -349,7 +342,7 @@ static __always_inline int emit_denied_open(long ret, __s32 dfd, __u64 filename,
 
 /* ---- cgroup v2 device programs ------------------------------------------------------------ */
 
-static __always_inline int stash_device_program(struct pt_regs *regs) {
+static __always_inline int emit_device_program(struct task_struct *task, struct pt_regs *regs, long ret) {
   int cmd = (int)PT_REGS_PARM1_SYSCALL(regs);
   if (cmd != BPF_PROG_ATTACH && cmd != BPF_PROG_DETACH && cmd != BPF_LINK_CREATE &&
       cmd != BPF_LINK_UPDATE && cmd != BPF_LINK_DETACH)
@@ -363,51 +356,60 @@ static __always_inline int stash_device_program(struct pt_regs *regs) {
   if (size > ATTR_PREFIX_SIZE) size = ATTR_PREFIX_SIZE;
   if (bpf_probe_read_user(&attr, size, (void *)PT_REGS_PARM2_SYSCALL(regs)) != 0) return 0;
 
-  struct pending_device_program pending = {};
+  __u32 command, flags = 0, prog_id = 0, replaced_prog_id = 0;
+  __u64 target_cgroup_id = 0;
   if (cmd == BPF_PROG_ATTACH || cmd == BPF_PROG_DETACH) {
     if (attr.attach_type != BPF_CGROUP_DEVICE) return 0;
-    pending.command = cmd == BPF_PROG_ATTACH ? GDW_DEVPROG_PROG_ATTACH : GDW_DEVPROG_PROG_DETACH;
-    pending.target_cgroup_id = cgroup_id_of_fd(attr.target_fd);
-    pending.prog_id = prog_id_of_fd(attr.attach_bpf_fd);
-    pending.flags = attr.attach_flags;
+    command = cmd == BPF_PROG_ATTACH ? GDW_DEVPROG_PROG_ATTACH : GDW_DEVPROG_PROG_DETACH;
+    target_cgroup_id = cgroup_id_of_fd(task, attr.target_fd);
+    prog_id = prog_id_of_fd(task, attr.attach_bpf_fd);
+    flags = attr.attach_flags;
     if (cmd == BPF_PROG_ATTACH && (attr.attach_flags & BPF_F_REPLACE_FLAG))
-      pending.replaced_prog_id = prog_id_of_fd(attr.replace_bpf_fd);
+      replaced_prog_id = prog_id_of_fd(task, attr.replace_bpf_fd);
   } else if (cmd == BPF_LINK_CREATE) {
     if (attr.link_create.attach_type != BPF_CGROUP_DEVICE) return 0;
-    pending.command = GDW_DEVPROG_LINK_CREATE;
-    pending.target_cgroup_id = cgroup_id_of_fd(attr.link_create.target_fd);
-    pending.prog_id = prog_id_of_fd(attr.link_create.prog_fd);
-    pending.flags = attr.link_create.flags;
+    command = GDW_DEVPROG_LINK_CREATE;
+    target_cgroup_id = cgroup_id_of_fd(task, attr.link_create.target_fd);
+    prog_id = prog_id_of_fd(task, attr.link_create.prog_fd);
+    flags = attr.link_create.flags;
+    struct bpf_link *link = ret >= 0 ? link_of_fd(task, ret) : NULL; /* ret: the new link's fd */
+    if (link) {
+      __u32 link_id = BPF_CORE_READ(link, id);
+      struct gdw_device_link remembered = {.cgroup_id = target_cgroup_id, .prog_id = prog_id};
+      bpf_map_update_elem(&cgroup_device_links, &link_id, &remembered, BPF_ANY);
+    }
   } else {
     __u32 link_fd = cmd == BPF_LINK_UPDATE ? attr.link_update.link_fd : attr.link_detach.link_fd;
-    struct bpf_link *link = link_of_fd(link_fd);
+    struct bpf_link *link = link_of_fd(task, link_fd);
     if (!link || BPF_CORE_READ(link, type) != BPF_LINK_TYPE_CGROUP ||
         cgroup_link_attach_type(link) != BPF_CGROUP_DEVICE)
       return 0;
+    __u32 link_id = BPF_CORE_READ(link, id);
+    struct gdw_device_link *remembered = bpf_map_lookup_elem(&cgroup_device_links, &link_id);
     struct cgroup *cgroup = BPF_CORE_READ(container_of(link, struct bpf_cgroup_link, link), cgroup);
-    pending.target_cgroup_id = cgroup ? BPF_CORE_READ(cgroup, kn, id) : 0;
-    __u32 current_prog_id = BPF_CORE_READ(link, prog, aux, id);
+    /* NULL once the detach succeeded. */
+    target_cgroup_id = cgroup ? BPF_CORE_READ(cgroup, kn, id) : remembered ? remembered->cgroup_id : 0;
+    __u32 link_prog_id = BPF_CORE_READ(link, prog, aux, id);
     if (cmd == BPF_LINK_UPDATE) {
-      pending.command = GDW_DEVPROG_LINK_UPDATE;
-      pending.prog_id = prog_id_of_fd(attr.link_update.new_prog_fd);
-      pending.replaced_prog_id = current_prog_id;
-      pending.flags = attr.link_update.flags;
+      command = GDW_DEVPROG_LINK_UPDATE;
+      prog_id = prog_id_of_fd(task, attr.link_update.new_prog_fd);
+      flags = attr.link_update.flags;
+      if (remembered)
+        replaced_prog_id = remembered->prog_id;
+      else if (flags & BPF_F_REPLACE_FLAG)
+        replaced_prog_id = prog_id_of_fd(task, attr.link_update.old_prog_fd);
+      else if (ret != 0)
+        replaced_prog_id = link_prog_id; /* the failed update left it in place */
+      if (ret == 0) {
+        struct gdw_device_link updated = {.cgroup_id = target_cgroup_id, .prog_id = link_prog_id};
+        bpf_map_update_elem(&cgroup_device_links, &link_id, &updated, BPF_ANY);
+      }
     } else {
-      pending.command = GDW_DEVPROG_LINK_DETACH;
-      pending.prog_id = current_prog_id;
+      command = GDW_DEVPROG_LINK_DETACH;
+      prog_id = link_prog_id;
+      if (ret == 0) bpf_map_delete_elem(&cgroup_device_links, &link_id);
     }
   }
-  __u32 tid = (__u32)bpf_get_current_pid_tgid();
-  bpf_map_update_elem(&pending_device_programs, &tid, &pending, BPF_ANY);
-  return 0;
-}
-
-static __always_inline int emit_device_program(long ret) {
-  __u32 tid = (__u32)bpf_get_current_pid_tgid();
-  struct pending_device_program *found = bpf_map_lookup_elem(&pending_device_programs, &tid);
-  if (!found) return 0;
-  struct pending_device_program pending = *found;
-  bpf_map_delete_elem(&pending_device_programs, &tid);
 
   struct gdw_device_program_event *e = reserve_event(sizeof(*e));
   if (!e) return 0;
@@ -415,11 +417,11 @@ static __always_inline int emit_device_program(long ret) {
   e->header.reserved = 0;
   e->header.ktime_ns = bpf_ktime_get_ns();
   fill_process(&e->caller);
-  e->command = pending.command;
-  e->flags = pending.flags;
-  e->prog_id = pending.prog_id;
-  e->replaced_prog_id = pending.replaced_prog_id;
-  e->target_cgroup_id = pending.target_cgroup_id;
+  e->command = command;
+  e->flags = flags;
+  e->prog_id = prog_id;
+  e->replaced_prog_id = replaced_prog_id;
+  e->target_cgroup_id = target_cgroup_id;
   e->result = ret;
   bpf_ringbuf_submit(e, 0);
   return 0;
@@ -427,41 +429,37 @@ static __always_inline int emit_device_program(long ret) {
 
 /* ---- syscall dispatch ---------------------------------------------------------------------- */
 
-/* Runs for every syscall on the machine: one comparison for all but bpf(). */
-SEC("tp_btf/sys_enter")
-int BPF_PROG(syscall_enter, struct pt_regs *regs, long syscall_nr) {
-  if (syscall_nr != NR_bpf || in_compat_syscall()) return 0;
-  return stash_device_program(regs);
-}
-
 /* Runs for every syscall on the machine: the switch is all most of them see. */
 SEC("tp_btf/sys_exit")
 int BPF_PROG(syscall_exit, struct pt_regs *regs, long ret) {
+  struct task_struct *task;
   switch (SYSCALL_NR(regs)) {
     case NR_write:
     case NR_pwrite64:
-      return in_compat_syscall() ? 0 : emit_rule_write(regs, ret, false);
+      task = bpf_get_current_task_btf();
+      return in_compat_syscall(task) ? 0 : emit_rule_write(task, regs, ret, false);
     case NR_writev:
     case NR_pwritev:
     case NR_pwritev2:
-      return in_compat_syscall() ? 0 : emit_rule_write(regs, ret, true);
+      task = bpf_get_current_task_btf();
+      return in_compat_syscall(task) ? 0 : emit_rule_write(task, regs, ret, true);
     case NR_openat:
-      if (ret != -EPERM || in_compat_syscall()) return 0;
+      if (ret != -EPERM || in_compat_syscall(bpf_get_current_task_btf())) return 0;
       return emit_denied_open(ret, (__s32)PT_REGS_PARM1_SYSCALL(regs), PT_REGS_PARM2_SYSCALL(regs),
                               (__u32)PT_REGS_PARM3_SYSCALL(regs));
     case NR_openat2: {
-      if (ret != -EPERM || in_compat_syscall()) return 0;
+      if (ret != -EPERM || in_compat_syscall(bpf_get_current_task_btf())) return 0;
       __u64 flags = 0; /* open_how.flags is the first member */
       bpf_probe_read_user(&flags, sizeof(flags), (void *)PT_REGS_PARM3_SYSCALL(regs));
       return emit_denied_open(ret, (__s32)PT_REGS_PARM1_SYSCALL(regs), PT_REGS_PARM2_SYSCALL(regs),
                               (__u32)flags);
     }
     case NR_open:
-      if (ret != -EPERM || in_compat_syscall()) return 0;
+      if (ret != -EPERM || in_compat_syscall(bpf_get_current_task_btf())) return 0;
       return emit_denied_open(ret, AT_FDCWD, PT_REGS_PARM1_SYSCALL(regs), (__u32)PT_REGS_PARM2_SYSCALL(regs));
     case NR_bpf:
-      /* Compat tasks never stash, so nothing is found for them. */
-      return emit_device_program(ret);
+      task = bpf_get_current_task_btf();
+      return in_compat_syscall(task) ? 0 : emit_device_program(task, regs, ret);
   }
   return 0;
 }

@@ -101,4 +101,11 @@ struct gdw_device_number {
   __u32 minor;
 };
 
+/* cgroup_device_links value, keyed by link id. */
+struct gdw_device_link {
+  __u64 cgroup_id;
+  __u32 prog_id;
+  __u32 reserved;
+};
+
 #endif /* GDW_DEVWATCH_EVENTS_H */

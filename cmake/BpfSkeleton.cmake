@@ -58,7 +58,7 @@ function(gdw_bpf_skeleton name source)
     OUTPUT ${object}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${out_dir}
     COMMAND ${GDW_CLANG} -O2 -g -target bpf -D__TARGET_ARCH_${GDW_BPF_TARGET_ARCH}
-            -Wall -Werror
+            -Wall
             -I${GDW_VMLINUX_DIR} -I${source_dir} -I${GDW_LIBBPF_INCLUDE_DIR}
             -c ${source_abs} -o ${object}
     # DWARF is only for humans; the skeleton embeds the object, BTF stays.

@@ -14,7 +14,7 @@ packages=(
   # fuzzing (libFuzzer + sanitizers for clang 14)
   libfuzzer-14-dev libclang-rt-14-dev
   # tests: real runtimes, real systemd, promtool, helpers
-  runc containerd busybox-static prometheus
+  runc containerd busybox-static prometheus python3-yaml
   debootstrap systemd-container dbus
   util-linux iproute2 procps curl
 )

@@ -32,64 +32,13 @@ constexpr const char* kPrivilegeHint =
 
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
-std::string join(const std::vector<std::string>& lines, const char* separator) {
-  std::string out;
-  for (const auto& line : lines) {
-    if (!out.empty()) out += separator;
-    out += line;
-  }
-  return out;
-}
-
-// libbpf prints "prog 'NAME': -- BEGIN PROG LOAD LOG --", the verifier log, then
-// "-- END PROG LOAD LOG --". The rejection reason is in the last lines before the end.
-std::optional<Error> verifier_rejection(const std::vector<std::string>& log) {
-  constexpr std::string_view kBegin = "-- BEGIN PROG LOAD LOG --";
-  constexpr std::string_view kEnd = "-- END PROG LOAD LOG --";
-  constexpr std::size_t kReasonLines = 8;
-  for (std::size_t end = log.size(); end-- > 0;) {
-    if (log[end].find(kEnd) == std::string::npos) continue;
-    std::size_t begin = end;
-    while (begin > 0 && log[begin].find(kBegin) == std::string::npos) --begin;
-    std::string program = "?";
-    auto quote = log[begin].find("prog '");
-    if (quote != std::string::npos) {
-      auto start = quote + 6;
-      auto stop = log[begin].find('\'', start);
-      if (stop != std::string::npos) program = log[begin].substr(start, stop - start);
-    }
-    std::vector<std::string> reason;
-    for (std::size_t i = end > kReasonLines + begin ? end - kReasonLines : begin + 1; i < end; ++i) {
-      if (!log[i].empty()) reason.push_back(log[i]);
-    }
-    return Error{"the BPF verifier rejected program '" + program + "' of the probe: " + join(reason, " | ")};
-  }
-  return std::nullopt;
-}
-
-// tp_btf programs name their tracepoint by its BTF type btf_trace_<name>; libbpf says
-// "failed to find kernel BTF type ID of '<name>'" when the kernel has no such tracepoint.
-std::optional<Error> missing_tracepoint(const std::vector<std::string>& log) {
-  constexpr std::string_view kMarker = "failed to find kernel BTF type ID of '";
-  for (const auto& line : log) {
-    auto at = line.find(kMarker);
-    if (at == std::string::npos) continue;
-    auto start = at + kMarker.size();
-    auto stop = line.find('\'', start);
-    std::string tracepoint = line.substr(start, stop == std::string::npos ? std::string::npos : stop - start);
-    return Error{"the kernel has no tracepoint '" + tracepoint + "' (not in " + kKernelBtf +
-                 "); the probe needs the sys_enter/sys_exit and cgroup_mkdir/cgroup_rmdir tracepoints"};
-  }
-  return std::nullopt;
-}
-
 Error load_error(const std::string& step, int err) {
   auto log = libbpf_log_tail(256);
-  if (auto rejection = verifier_rejection(log)) return *rejection;
-  if (auto missing = missing_tracepoint(log)) return *missing;
+  if (auto explained = explain_libbpf_failure(log)) return Error{step + ": " + *explained};
   if (err == -EPERM) return Error{step + ": permission denied; " + kPrivilegeHint};
-  std::vector<std::string> tail(log.size() > 3 ? log.end() - 3 : log.begin(), log.end());
-  return Error{step + ": " + errno_text(err) + (tail.empty() ? "" : " (libbpf: " + join(tail, " | ") + ")")};
+  std::string tail;
+  for (std::size_t i = log.size() > 3 ? log.size() - 3 : 0; i < log.size(); ++i) tail += " | " + log[i];
+  return Error{step + ": " + errno_text(err) + (tail.empty() ? "" : " (libbpf:" + tail.substr(2) + ")")};
 }
 
 class BpfProbe final : public Probe {
@@ -104,6 +53,7 @@ class BpfProbe final : public Probe {
   BpfProbe& operator=(const BpfProbe&) = delete;
 
   Status attach_all();
+  Status remember_existing_device_links();
   Status open_ring_buffer();
 
   int fd() const override { return ring_buffer__epoll_fd(ring_); }
@@ -144,6 +94,34 @@ Status BpfProbe::attach_all() {
                         -errno);
     }
     links_.push_back(link);
+  }
+  return {};
+}
+
+// The kernel side learns BPF_CGROUP_DEVICE links from LINK_CREATE; links made before the
+// probe was attached are listed here, so that their detach still names the cgroup.
+Status BpfProbe::remember_existing_device_links() {
+  std::uint32_t id = 0;
+  int listing_error = 0;
+  for (;;) {
+    if (bpf_link_get_next_id(id, &id) != 0) {
+      listing_error = errno;
+      break;
+    }
+    int fd = bpf_link_get_fd_by_id(id);
+    if (fd < 0) continue;  // released meanwhile
+    bpf_link_info info{};
+    std::uint32_t length = sizeof(info);
+    int err = bpf_obj_get_info_by_fd(fd, &info, &length);
+    ::close(fd);
+    if (err != 0 || info.type != BPF_LINK_TYPE_CGROUP || info.cgroup.attach_type != BPF_CGROUP_DEVICE) continue;
+    gdw_device_link link{info.cgroup.cgroup_id, info.prog_id, 0};
+    // NOEXIST: an entry the kernel side wrote since attaching is at least as fresh.
+    bpf_map__update_elem(skeleton_->maps.cgroup_device_links, &id, sizeof(id), &link, sizeof(link), BPF_NOEXIST);
+  }
+  if (listing_error != ENOENT) {  // ENOENT: past the last link
+    return Error{"listing existing BPF links: " + errno_text(listing_error) +
+                 (listing_error == EPERM ? " (needs CAP_SYS_ADMIN)" : "")};
   }
   return {};
 }
@@ -277,6 +255,7 @@ Result<std::unique_ptr<Probe>> Probe::load() {
   clear_libbpf_log();
   if (int err = devwatch::load(skeleton); err != 0) return load_error("loading the BPF probe", err);
   if (auto attached = probe->attach_all(); !attached) return attached.error();
+  if (auto links = probe->remember_existing_device_links(); !links) return links.error();
   if (auto ring = probe->open_ring_buffer(); !ring) return ring.error();
   return std::unique_ptr<Probe>(std::move(probe));
 }

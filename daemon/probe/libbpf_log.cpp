@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <deque>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 namespace gdw {
@@ -82,6 +83,66 @@ std::vector<std::string> libbpf_log_tail(std::size_t max_lines) {
   }
   if (!log.partial.empty() && skip == 0) out.push_back(log.partial);
   return out;
+}
+
+namespace {
+
+std::string join(const std::vector<std::string>& lines, const char* separator) {
+  std::string out;
+  for (const auto& line : lines) {
+    if (!out.empty()) out += separator;
+    out += line;
+  }
+  return out;
+}
+
+// The text between `open_quote` and the next single quote, e.g. a program name.
+std::optional<std::string> quoted_after(const std::string& line, std::string_view open_quote) {
+  auto at = line.find(open_quote);
+  if (at == std::string::npos) return std::nullopt;
+  auto start = at + open_quote.size();
+  auto stop = line.find('\'', start);
+  if (stop == std::string::npos) return std::nullopt;
+  return line.substr(start, stop - start);
+}
+
+// libbpf prints "prog 'NAME': -- BEGIN PROG LOAD LOG --", the verifier log, then
+// "-- END PROG LOAD LOG --".
+std::optional<std::string> verifier_rejection(const std::vector<std::string>& lines) {
+  constexpr std::string_view kBegin = "-- BEGIN PROG LOAD LOG --";
+  constexpr std::string_view kEnd = "-- END PROG LOAD LOG --";
+  constexpr std::size_t kReasonLines = 6;
+  for (std::size_t end = lines.size(); end-- > 0;) {
+    if (lines[end].find(kEnd) == std::string::npos) continue;
+    std::size_t begin = end;
+    while (begin > 0 && lines[begin].find(kBegin) == std::string::npos) --begin;
+    std::string program = quoted_after(lines[begin], "prog '").value_or("?");
+    std::vector<std::string> reason;
+    for (std::size_t i = end - begin > kReasonLines ? end - kReasonLines : begin + 1; i < end; ++i) {
+      if (!lines[i].empty()) reason.push_back(lines[i]);
+    }
+    return "the BPF verifier rejected program '" + program + "': " + join(reason, " | ");
+  }
+  return std::nullopt;
+}
+
+// tp_btf programs name their tracepoint through the BTF type btf_trace_<name>.
+std::optional<std::string> missing_tracepoint(const std::vector<std::string>& lines) {
+  for (const auto& line : lines) {
+    if (auto tracepoint = quoted_after(line, "failed to find kernel BTF type ID of '")) {
+      std::string program = quoted_after(line, "prog '").value_or("?");
+      return "the kernel has no tracepoint '" + *tracepoint + "' (needed by program '" + program +
+             "'; tracepoints are looked up in the kernel BTF)";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> explain_libbpf_failure(const std::vector<std::string>& lines) {
+  if (auto rejection = verifier_rejection(lines)) return rejection;
+  return missing_tracepoint(lines);
 }
 
 }  // namespace gdw

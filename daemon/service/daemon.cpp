@@ -495,7 +495,12 @@ void Daemon::schedule_retry(Watched& w, Clock::duration delay, Clock::time_point
     if (!t) return;
     w.retry = std::move(*t);
   }
-  if (!w.retry.armed()) arm_or_log(w.retry, duration_cast<microseconds>(delay) + microseconds(1), "retry");
+  // One timer per container, armed for the earliest moment anything is owed.
+  const auto at = Clock::now() + delay;
+  if (!w.retry.armed() || at < w.retry_at) {
+    w.retry_at = at;
+    arm_or_log(w.retry, duration_cast<microseconds>(delay) + microseconds(1), "retry");
+  }
 }
 
 void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
@@ -537,18 +542,6 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
     w.observed_logged = true;
     return;
   }
-  if (auto wait = w.budget.acquire(now); wait > Clock::duration::zero()) {
-    metrics_.throttled(w.labels);
-    if (!w.throttled) {
-      log::warn("devices revoked again and again: repairs rate-limited to " +
-                    std::to_string(config_.repair.max_per_minute) + "/min after a burst of " +
-                    std::to_string(config_.repair.burst),
-                fields);
-    }
-    w.throttled = true;
-    schedule_retry(w, wait, trigger);
-    return;
-  }
   // Devices the kernel refused recently wait for their back-off; the others go now.
   std::vector<WantedDevice> grantable;
   std::optional<Clock::time_point> next_retry;
@@ -562,6 +555,18 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
   }
   if (next_retry) schedule_retry(w, *next_retry - now, trigger);
   if (grantable.empty()) return;
+  if (auto wait = w.budget.acquire(now); wait > Clock::duration::zero()) {
+    metrics_.throttled(w.labels);
+    if (!w.throttled) {
+      log::warn("devices revoked again and again: repairs rate-limited to " +
+                    std::to_string(config_.repair.max_per_minute) + "/min after a burst of " +
+                    std::to_string(config_.repair.burst),
+                fields);
+    }
+    w.throttled = true;
+    schedule_retry(w, wait, trigger);
+    return;
+  }
   auto grants = grant_v1(dir, grantable);
   metrics_.repair_duration(std::chrono::duration<double>(Clock::now() - trigger).count());
   std::vector<WantedDevice> granted;

@@ -57,6 +57,7 @@ class Daemon {
     bool observed_logged = false;
     bool read_error_logged = false;
     EventSource retry;                 // deferred repair or identification retry
+    Clock::time_point retry_at{};      // when `retry` fires, while armed
     Clock::time_point pending_since{};  // the oldest trigger a deferred repair still owes
     int identify_attempts = 0;
   };

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <linux/bpf.h>
 #include <poll.h>
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -120,6 +121,34 @@ class ProbeTest : public ::testing::Test {
   std::unique_ptr<Probe> probe_;
   std::optional<EventLog> log_;
 };
+
+TEST(ProbeLoad, WithoutPrivilegeSaysWhatIsMissing) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root to start a child as an unprivileged user";
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    constexpr uid_t kNobody = 65534;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(kNobody, kNobody, kNobody) != 0 ||
+        ::setresuid(kNobody, kNobody, kNobody) != 0) {
+      _exit(2);
+    }
+    auto loaded = Probe::load();
+    std::string message = loaded ? "loaded" : loaded.error().message;
+    (void)!::write(report[1], message.data(), message.size());
+    _exit(0);
+  }
+  ::close(report[1]);
+  std::string message;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(report[0], buffer, sizeof(buffer))) > 0;) message.append(buffer, n);
+  ::close(report[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "could not drop privileges";
+  EXPECT_NE(message.find("permission denied"), std::string::npos) << message;
+  EXPECT_NE(message.find("CAP_BPF"), std::string::npos) << message;
+}
 
 // ---- v1 rule writes ------------------------------------------------------------------------
 
@@ -491,6 +520,29 @@ TEST_F(ProbeDeviceProgramTest, LinkCreateUpdateDetach) {
   ASSERT_TRUE(detach);
   EXPECT_EQ(detach->prog_id, prog_id(second_prog_));
   EXPECT_EQ(detach->result, 0);
+}
+
+TEST_F(ProbeDeviceProgramTest, LinkMadeBeforeTheProbeStillNamesItsCgroupWhenUpdatedAndDetached) {
+  int link = bpf_link_create(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, nullptr);
+  ASSERT_GE(link, 0) << std::strerror(errno);
+  auto late = Probe::load();  // sees the link only through its listing at load
+  ASSERT_TRUE(late) << late.error().message;
+  ASSERT_EQ(bpf_link_update(link, second_prog_, nullptr), 0);
+  ASSERT_EQ(bpf_link_detach(link), 0);
+  ::close(link);
+
+  EventLog late_log(**late);
+  auto mine = [&](DeviceProgramEvent::Command command) {
+    return [this, command](const DeviceProgramEvent& e) {
+      return e.caller.pid == ::getpid() && e.command == command && e.target_cgroup_id == cgroup_id_;
+    };
+  };
+  auto update = late_log.wait_for<DeviceProgramEvent>(mine(DeviceProgramEvent::Command::kLinkUpdate));
+  ASSERT_TRUE(update);
+  EXPECT_EQ(update->replaced_prog_id, prog_id(first_prog_));
+  auto detach = late_log.wait_for<DeviceProgramEvent>(mine(DeviceProgramEvent::Command::kLinkDetach));
+  ASSERT_TRUE(detach) << "the detached link's cgroup was not remembered";
+  EXPECT_EQ(detach->prog_id, prog_id(second_prog_));
 }
 
 // ---- cgroup lifecycle -----------------------------------------------------------------------

@@ -170,21 +170,33 @@ std::string SandboxNode::bundle_json(const SandboxContainer& c) const {
   return doc.dump(2);
 }
 
+void SandboxNode::allocate(const std::string& pod_uid, const std::string& container_name,
+                           const std::vector<std::string>& ids, const std::string& resource) {
+  SandboxContainerSpec spec;
+  spec.pod_uid = pod_uid;
+  spec.container_name = container_name;
+  spec.device_ids = ids;
+  spec.resource = resource;
+  external_allocations_.push_back(spec);
+}
+
 void SandboxNode::write_checkpoint() {
   std::vector<CheckpointWriteEntry> entries;
-  for (const auto& c : containers_) {
-    if (c.spec.device_ids.empty() && c.spec.device_specs.empty()) continue;
+  auto add = [&](const SandboxContainerSpec& spec) {
+    if (spec.device_ids.empty() && spec.device_specs.empty()) return;
     CheckpointWriteEntry e;
-    e.pod_uid = c.spec.pod_uid;
-    e.container_name = c.spec.container_name;
-    e.resource = c.spec.resource;
-    e.device_ids_by_numa[0] = c.spec.device_ids;
+    e.pod_uid = spec.pod_uid;
+    e.container_name = spec.container_name;
+    e.resource = spec.resource;
+    e.device_ids_by_numa[0] = spec.device_ids;
     std::string visible;
-    for (const auto& id : c.spec.device_ids) visible += (visible.empty() ? "" : ",") + id;
+    for (const auto& id : spec.device_ids) visible += (visible.empty() ? "" : ",") + id;
     e.alloc_resp.envs["NVIDIA_VISIBLE_DEVICES"] = visible;
-    e.alloc_resp.devices = c.spec.device_specs;
+    e.alloc_resp.devices = spec.device_specs;
     entries.push_back(std::move(e));
-  }
+  };
+  for (const auto& c : containers_) add(c.spec);
+  for (const auto& spec : external_allocations_) add(spec);
   std::map<std::string, std::vector<std::string>> registered;
   for (int i = 0; i < options_.gpus; ++i) registered["nvidia.com/gpu"].push_back(gpu_uuid(i));
   const std::string dir = files_.path() + "/kubelet/device-plugins";

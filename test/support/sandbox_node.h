@@ -68,6 +68,10 @@ class SandboxNode {
   void remove_container(const SandboxContainer& c);
   // (Re)writes the checkpoint atomically (temp file + rename), as kubelet does.
   void write_checkpoint();
+  // An allocation for a container created outside this class (runc, containerd in tests);
+  // part of the next write_checkpoint().
+  void allocate(const std::string& pod_uid, const std::string& container_name, const std::vector<std::string>& ids,
+                const std::string& resource = "nvidia.com/gpu");
 
   std::string gpu_uuid(int index) const;
   std::string node_path(const std::string& name) const { return dev_.path() + "/" + name; }  // "nvidia0"
@@ -101,7 +105,8 @@ class SandboxNode {
   TempDir files_{"gdw-node"};
   TempDir dev_{"gdw-dev"};
   CgroupSandbox cgroups_;
-  std::list<SandboxContainer> containers_;  // stable references for callers
+  std::list<SandboxContainer> containers_;
+  std::vector<SandboxContainerSpec> external_allocations_;  // stable references for callers
 };
 
 std::string random_hex(std::size_t n);

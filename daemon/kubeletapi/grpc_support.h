@@ -1,0 +1,64 @@
+// Shared by the kubeletapi .cpp files only: it includes gRPC, which the rest of the daemon
+// never sees.
+#pragma once
+
+#include <grpc/grpc.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "core/config.h"
+#include "core/result.h"
+#include "kubeletapi/kubelet_call.h"
+
+namespace gdw::kubeletapi {
+
+// An eventfd raised by gRPC's threads when a call finishes and cleared by the event loop
+// thread, so the loop learns of completions through an fd it polls. Shared between the
+// owner and the calls in flight: a call finishing after its owner is gone still writes to
+// its own fd, never to a reused descriptor number.
+class CompletionSignal {
+ public:
+  static Result<std::shared_ptr<CompletionSignal>> create();
+  ~CompletionSignal();
+  CompletionSignal(const CompletionSignal&) = delete;
+  CompletionSignal& operator=(const CompletionSignal&) = delete;
+
+  int fd() const { return fd_; }
+  void raise();
+  void clear();
+
+ private:
+  explicit CompletionSignal(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+// Keeps gRPC initialised while a client lives. Otherwise destroying a call's channel, the
+// last gRPC object, shuts gRPC down there and then (joining its threads: a stall in the
+// event loop), and the next call starts its threads again.
+class GrpcLibraryRef {
+ public:
+  GrpcLibraryRef() { grpc_init(); }
+  ~GrpcLibraryRef() { grpc_shutdown(); }
+  GrpcLibraryRef(const GrpcLibraryRef&) = delete;
+  GrpcLibraryRef& operator=(const GrpcLibraryRef&) = delete;
+};
+
+// A fresh channel to unix://<path> for one call. Each call gets its own connection (a local
+// subchannel pool, not gRPC's process-wide one): a server that hung one call, or a
+// reconnect backoff after kubelet restarted, does not carry over to the next call.
+std::shared_ptr<grpc::Channel> unix_socket_channel(const std::string& path);
+
+// "<call> at unix://<path>: <what happened>", with the kind the status code maps to.
+CallError classify_status(const grpc::Status& status, const std::string& call, const std::string& path,
+                          Duration timeout);
+
+// kSocketAbsent / kOther when `path` is missing or not a socket; nullopt when it is one.
+std::optional<CallError> check_socket(const std::string& call, const std::string& path);
+
+// How long since `started`, for latency reports.
+std::chrono::microseconds elapsed_since(std::chrono::steady_clock::time_point started);
+
+}  // namespace gdw::kubeletapi

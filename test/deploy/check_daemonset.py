@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Checks deploy/kubernetes/daemonset.yaml against what the daemon needs on a node.
+
+usage: check_daemonset.py SOURCE_DIR
+
+Without a cluster nothing validates the manifests against the API schema; this checks what
+a schema would not: that the objects reference each other correctly, that the embedded
+configuration only uses keys config/gpu-devwatch.yaml documents, and that every host path
+the daemon reads or writes under that configuration is mounted into the container at the
+path the configuration names, onto the same host path as on a systemd install, writable
+only where the daemon writes.
+
+Exits 77 (a skip for CTest) when PyYAML is not installed.
+"""
+import pathlib
+import posixpath
+import sys
+
+try:
+    import yaml
+except ImportError:
+    print("PyYAML is not installed (Debian: python3-yaml): skipping", file=sys.stderr)
+    sys.exit(77)
+
+CAPABILITIES = {"SYS_ADMIN", "BPF", "PERFMON", "DAC_READ_SEARCH", "SYS_PTRACE"}
+
+
+def flatten(node, prefix=""):
+    """{a: {b: 1}} -> {"a.b": 1}; an empty mapping is a value (devices.mig_map: {})."""
+    out = {}
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def under(path, directory):
+    path, directory = posixpath.normpath(path), posixpath.normpath(directory)
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+class Checker:
+    def __init__(self):
+        self.errors = []
+
+    def expect(self, condition, message):
+        if not condition:
+            self.errors.append(message)
+        return condition
+
+
+def main():
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    root = pathlib.Path(sys.argv[1])
+    c = Checker()
+    try:
+        docs = [d for d in yaml.safe_load_all((root / "deploy/kubernetes/daemonset.yaml").read_text()) if d]
+        reference = yaml.safe_load((root / "config/gpu-devwatch.yaml").read_text())
+    except yaml.YAMLError as e:
+        print(f"not valid YAML: {e}", file=sys.stderr)
+        return 1
+
+    by_kind = {}
+    for d in docs:
+        c.expect(isinstance(d, dict) and "apiVersion" in d and "kind" in d and "name" in d.get("metadata", {}),
+                 f"object without apiVersion/kind/metadata.name: {str(d)[:80]}")
+        by_kind.setdefault(d.get("kind"), []).append(d)
+    for kind in ("Namespace", "ServiceAccount", "ConfigMap", "DaemonSet", "Service"):
+        c.expect(len(by_kind.get(kind, [])) == 1, f"expected exactly one {kind}")
+    if c.errors:
+        return report(c)
+    namespace = by_kind["Namespace"][0]["metadata"]["name"]
+    for d in docs:
+        if d["kind"] != "Namespace":
+            c.expect(d["metadata"].get("namespace") == namespace,
+                     f"{d['kind']} {d['metadata']['name']} is not in namespace {namespace}")
+
+    ds = by_kind["DaemonSet"][0]
+    pod = ds["spec"]["template"]["spec"]
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    selector = ds["spec"]["selector"]["matchLabels"]
+    c.expect(selector.items() <= labels.items(), "DaemonSet selector does not match its pod labels")
+    service = by_kind["Service"][0]
+    c.expect(service["spec"]["selector"].items() <= labels.items(), "Service selector does not match the pods")
+    c.expect(pod.get("serviceAccountName") == by_kind["ServiceAccount"][0]["metadata"]["name"],
+             "pod does not use the ServiceAccount")
+    c.expect(pod.get("automountServiceAccountToken") is False, "pod mounts an API token it never uses")
+    c.expect(pod.get("hostPID") is True, "hostPID must be true: the probe reports host PIDs")
+    c.expect(pod.get("priorityClassName") == "system-node-critical", "priorityClassName is not system-node-critical")
+    c.expect(pod.get("nodeSelector") or pod.get("affinity"), "pod is not restricted to GPU nodes")
+
+    containers = pod["containers"]
+    c.expect(len(containers) == 1, "expected one container")
+    ctr = containers[0]
+    command = ctr.get("command", [])
+    c.expect(command[:3] == ["/usr/local/bin/gpu-devwatch", "run", "--config"] and len(command) == 4,
+             f"container command is not `gpu-devwatch run --config PATH`: {command}")
+    config_path = command[3] if len(command) == 4 else ""
+
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = ctr.get("volumeMounts", [])
+    for m in mounts:
+        c.expect(m["name"] in volumes, f"volumeMount {m['name']} has no volume")
+    mounted = {m["name"] for m in mounts}
+    for name in volumes:
+        c.expect(name in mounted, f"volume {name} is never mounted")
+
+    # The configuration file: mounted from the ConfigMap, under a key of it.
+    cm = by_kind["ConfigMap"][0]
+    config_mount = next((m for m in mounts if under(config_path, m["mountPath"])), None)
+    config_text = None
+    if c.expect(config_mount is not None, f"--config {config_path} is not under any mount"):
+        volume = volumes.get(config_mount["name"], {})
+        c.expect(volume.get("configMap", {}).get("name") == cm["metadata"]["name"],
+                 f"{config_mount['mountPath']} is not the ConfigMap {cm['metadata']['name']}")
+        key = posixpath.relpath(config_path, config_mount["mountPath"])
+        config_text = cm.get("data", {}).get(key)
+        c.expect(config_text is not None, f"ConfigMap has no key {key} (the file --config names)")
+    if config_text is None:
+        return report(c)
+    try:
+        config = yaml.safe_load(config_text) or {}
+    except yaml.YAMLError as e:
+        c.expect(False, f"ConfigMap's configuration is not valid YAML: {e}")
+        return report(c)
+
+    defaults = flatten(reference)
+    given = flatten(config)
+    for key, value in given.items():
+        if c.expect(key in defaults, f"configuration key {key} is not in config/gpu-devwatch.yaml"):
+            c.expect(type(value) is type(defaults[key]),
+                     f"configuration key {key}: {type(value).__name__}, documented as {type(defaults[key]).__name__}")
+    effective = dict(defaults, **given)
+
+    def host_path_of(container_path):
+        """The host path a container path shows, and the mount it goes through."""
+        best = None
+        for m in mounts:
+            if under(container_path, m["mountPath"]) and (best is None or len(m["mountPath"]) > len(best["mountPath"])):
+                best = m
+        if best is None:
+            return None, None
+        host = volumes.get(best["name"], {}).get("hostPath", {}).get("path")
+        if host is None:
+            return None, best
+        rest = posixpath.relpath(container_path, best["mountPath"])
+        return posixpath.normpath(posixpath.join(host, rest)), best
+
+    # (configuration key or fixed path, path in the container, host path it must show, written?)
+    needs = [("cgroup.root", effective["cgroup.root"], defaults["cgroup.root"], True),
+             ("devices.dev_root", effective["devices.dev_root"], "/dev", False),
+             ("devices.proc_root", effective["devices.proc_root"], "/proc", False),
+             ("kubelet.pod_resources_socket", effective["kubelet.pod_resources_socket"],
+              defaults["kubelet.pod_resources_socket"], False),
+             ("kubelet.checkpoint", effective["kubelet.checkpoint"], defaults["kubelet.checkpoint"],
+              effective["kubelet.remediate_stale_checkpoint"]),
+             ("kubelet.device_plugins_dir", effective["kubelet.device_plugins_dir"],
+              defaults["kubelet.device_plugins_dir"], effective["kubelet.remediate_stale_checkpoint"])]
+    needs += [(f"runtime.state_dirs[{i}]", d, d, False) for i, d in enumerate(effective["runtime.state_dirs"])]
+    if effective["probe.enabled"]:
+        needs.append(("probe (kernel BTF)", "/sys/kernel/btf/vmlinux", "/sys/kernel/btf/vmlinux", False))
+    if effective["systemd.bus_address"] == "":
+        needs.append(("systemd (system bus)", "/run/dbus/system_bus_socket", "/run/dbus/system_bus_socket", False))
+    for what, container_path, host_path, written in needs:
+        shown, mount = host_path_of(container_path)
+        if not c.expect(shown is not None, f"{what}: {container_path} is not on a hostPath mount"):
+            continue
+        c.expect(shown == host_path, f"{what}: {container_path} shows host {shown}, not {host_path}")
+        read_only = bool(mount.get("readOnly"))
+        c.expect(read_only != written,
+                 f"{what}: mount {mount['mountPath']} is {'read-only' if read_only else 'writable'}"
+                 f" but the daemon {'writes' if written else 'only reads'} there")
+    for m in mounts:
+        if "hostPath" in volumes.get(m["name"], {}) and m["mountPath"] != effective["cgroup.root"]:
+            c.expect(m.get("readOnly") or effective["kubelet.remediate_stale_checkpoint"],
+                     f"host mount {m['mountPath']} is writable; only the cgroup tree is written")
+
+    # Metrics: the port the daemon listens on is the one exposed, probed and scraped.
+    port = int(str(effective["metrics.listen"]).rsplit(":", 1)[1])
+    ports = {p.get("name"): p["containerPort"] for p in ctr.get("ports", [])}
+    c.expect(port in ports.values(), f"metrics.listen port {port} is not a containerPort")
+    probe = ctr.get("livenessProbe", {}).get("httpGet", {})
+    c.expect(probe.get("path") == "/metrics", "liveness probe does not GET /metrics")
+    c.expect(ports.get(probe.get("port"), probe.get("port")) == port, "liveness probe is not on the metrics port")
+    service_ports = service["spec"].get("ports", [])
+    c.expect(any(ports.get(p.get("targetPort"), p.get("targetPort")) == port for p in service_ports),
+             "Service does not target the metrics port")
+    c.expect(service["spec"].get("clusterIP") == "None", "Service is not headless")
+
+    security = ctr.get("securityContext", {})
+    added = set(security.get("capabilities", {}).get("add", []))
+    c.expect(security.get("privileged") is True or CAPABILITIES <= added,
+             f"container is neither privileged nor granted {sorted(CAPABILITIES)}")
+    resources = ctr.get("resources", {})
+    for kind in ("requests", "limits"):
+        for resource in ("cpu", "memory"):
+            c.expect(resource in resources.get(kind, {}), f"no {resource} {kind[:-1]}")
+    return report(c, f"{len(docs)} objects; {len(needs)} host paths mounted as the configuration needs")
+
+
+def report(c, ok_message=""):
+    for e in c.errors:
+        print(f"daemonset.yaml: {e}", file=sys.stderr)
+    if c.errors:
+        return 1
+    print(ok_message)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+// Stand-ins for the gRPC servers gpu-devwatch calls on a node: kubelet's PodResources API and
+// a device plugin, served on unix sockets from the generated server code, with knobs for
+// the failures a real node shows (slow answers, throttling); plus sockets that never speak
+// and sockets nobody listens on.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "deviceplugin_service.grpc.pb.h"
+#include "podresources_v1.grpc.pb.h"
+
+namespace gdw::test {
+
+// v1.PodResourcesLister on unix://<socket_path>; List answers with the configured pods.
+class FakePodResources final : public v1::PodResourcesLister::Service {
+ public:
+  explicit FakePodResources(const std::string& socket_path);
+  ~FakePodResources() override;
+
+  void set_response(v1::ListPodResourcesResponse response);
+  // List waits this long (or until the client gives up) before answering.
+  void set_delay(std::chrono::milliseconds delay) { delay_ = delay; }
+  // List answers with this status instead of the pods (OK: the pods).
+  void set_status(grpc::Status status);
+  int list_calls() const { return list_calls_; }
+
+  grpc::Status List(grpc::ServerContext* context, const v1::ListPodResourcesRequest* request,
+                    v1::ListPodResourcesResponse* response) override;
+
+ private:
+  std::mutex mu_;
+  v1::ListPodResourcesResponse response_;
+  grpc::Status status_ = grpc::Status::OK;
+  std::atomic<std::chrono::milliseconds> delay_{std::chrono::milliseconds(0)};
+  std::atomic<int> list_calls_{0};
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// v1beta1.DevicePlugin on unix://<socket_path>; GetDevicePluginOptions answers after `delay`.
+class FakeDevicePlugin final : public v1beta1::DevicePlugin::Service {
+ public:
+  explicit FakeDevicePlugin(const std::string& socket_path,
+                            std::chrono::milliseconds delay = std::chrono::milliseconds(0));
+  ~FakeDevicePlugin() override;
+  int calls() const { return calls_; }
+
+  grpc::Status GetDevicePluginOptions(grpc::ServerContext* context, const v1beta1::Empty* request,
+                                      v1beta1::DevicePluginOptions* response) override;
+
+ private:
+  std::chrono::milliseconds delay_;
+  std::atomic<int> calls_{0};
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// Any gRPC method: records the method path the client asked for, answers UNIMPLEMENTED.
+class MethodRecorder {
+ public:
+  explicit MethodRecorder(const std::string& socket_path);
+  ~MethodRecorder();
+  std::vector<std::string> methods();
+
+ private:
+  class Service;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// A socket that accepts connections (the kernel's backlog does) and never says a word: a
+// hung server, as far as the client can tell.
+class SilentSocket {
+ public:
+  explicit SilentSocket(const std::string& path);
+  ~SilentSocket();
+  SilentSocket(const SilentSocket&) = delete;
+  SilentSocket& operator=(const SilentSocket&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Leaves a socket file nobody listens on (a plugin that died without cleaning up):
+// connecting is refused.
+void make_stale_socket(const std::string& path);
+
+// Waits for `fd` to become readable; false after `timeout`.
+bool wait_readable(int fd, std::chrono::milliseconds timeout);
+// Whether `fd` is readable right now.
+bool readable_now(int fd);
+
+}  // namespace gdw::test

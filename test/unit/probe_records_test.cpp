@@ -1,0 +1,166 @@
+// The byte layout contract between bpf/devwatch.bpf.c and the daemon, and where a denied
+// open is looked up afterwards.
+#include "probe/probe_records.h"
+
+#include <fcntl.h>
+
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "devwatch_events.h"
+
+namespace gdw {
+namespace {
+
+template <class Record>
+std::string bytes_of(const Record& record) {
+  return std::string(reinterpret_cast<const char*>(&record), sizeof(record));
+}
+
+gdw_process sample_process() {
+  gdw_process p{};
+  p.pid = 4242;
+  p.tid = 4243;
+  p.parent_pid = 1;
+  p.cgroup_id = 7;
+  p.devices_cgroup_id = 9;
+  std::memcpy(p.comm, "runc:[2:INIT]", 13);
+  std::memcpy(p.parent_comm, "containerd-shim-", 16);  // all 16 bytes used: no NUL
+  return p;
+}
+
+TEST(ProbeRecords, RuleWriteWithTrailingNewlineAndFullComm) {
+  gdw_rule_write_event raw{};
+  raw.header.type = GDW_EVENT_RULE_WRITE;
+  raw.header.ktime_ns = 123;
+  raw.writer = sample_process();
+  raw.target_cgroup_id = 555;
+  raw.result = 12;
+  raw.deny = 1;
+  raw.rule_len = 12;
+  std::memcpy(raw.rule, "c 195:3 rwm\n", 12);
+
+  auto decoded = decode_probe_record(bytes_of(raw));
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  const auto& event = std::get<RuleWriteEvent>(*decoded);
+  EXPECT_EQ(event.rule, "c 195:3 rwm");
+  EXPECT_TRUE(event.deny);
+  EXPECT_EQ(event.result, 12);
+  EXPECT_EQ(event.target_cgroup_id, 555u);
+  EXPECT_EQ(event.ktime_ns, 123u);
+  EXPECT_EQ(event.writer.pid, 4242);
+  EXPECT_EQ(event.writer.tid, 4243);
+  EXPECT_EQ(event.writer.comm, "runc:[2:INIT]");
+  EXPECT_EQ(event.writer.parent_comm, "containerd-shim-");
+  EXPECT_EQ(event.writer.cgroup_id, 7u);
+  EXPECT_EQ(event.writer.devices_cgroup_id, 9u);
+}
+
+TEST(ProbeRecords, RuleLengthBeyondTheBufferIsClamped) {
+  gdw_rule_write_event raw{};
+  raw.header.type = GDW_EVENT_RULE_WRITE;
+  raw.rule_len = 1000;
+  std::memset(raw.rule, 'x', sizeof(raw.rule));
+  auto decoded = decode_probe_record(bytes_of(raw));
+  ASSERT_TRUE(decoded);
+  EXPECT_EQ(std::get<RuleWriteEvent>(*decoded).rule.size(), sizeof(raw.rule));
+}
+
+TEST(ProbeRecords, DeniedOpen) {
+  gdw_denied_open_event raw{};
+  raw.header.type = GDW_EVENT_DENIED_OPEN;
+  raw.opener = sample_process();
+  raw.dfd = AT_FDCWD;
+  raw.flags = O_RDWR;
+  raw.major = 195;
+  raw.minor = 7;
+  std::strcpy(raw.path, "/dev/nvidia7");
+  auto decoded = decode_probe_record(bytes_of(raw));
+  ASSERT_TRUE(decoded);
+  const auto& event = std::get<DeniedOpenEvent>(*decoded);
+  EXPECT_EQ(event.path, "/dev/nvidia7");
+  EXPECT_EQ(event.major, 195u);
+  EXPECT_EQ(event.minor, 7u);
+  EXPECT_EQ(event.flags, O_RDWR);
+  EXPECT_FALSE(needs_device_lookup(event));
+}
+
+TEST(ProbeRecords, DeviceProgramCommands) {
+  const std::pair<std::uint32_t, DeviceProgramEvent::Command> commands[] = {
+      {GDW_DEVPROG_PROG_ATTACH, DeviceProgramEvent::Command::kProgAttach},
+      {GDW_DEVPROG_PROG_DETACH, DeviceProgramEvent::Command::kProgDetach},
+      {GDW_DEVPROG_LINK_CREATE, DeviceProgramEvent::Command::kLinkCreate},
+      {GDW_DEVPROG_LINK_DETACH, DeviceProgramEvent::Command::kLinkDetach},
+      {GDW_DEVPROG_LINK_UPDATE, DeviceProgramEvent::Command::kLinkUpdate},
+  };
+  for (const auto& [wire, command] : commands) {
+    gdw_device_program_event raw{};
+    raw.header.type = GDW_EVENT_DEVICE_PROGRAM;
+    raw.command = wire;
+    raw.prog_id = 31;
+    raw.replaced_prog_id = 30;
+    raw.target_cgroup_id = 99;
+    raw.result = -2;
+    auto decoded = decode_probe_record(bytes_of(raw));
+    ASSERT_TRUE(decoded);
+    const auto& event = std::get<DeviceProgramEvent>(*decoded);
+    EXPECT_EQ(event.command, command);
+    EXPECT_EQ(event.prog_id, 31u);
+    EXPECT_EQ(event.replaced_prog_id, 30u);
+    EXPECT_EQ(event.target_cgroup_id, 99u);
+    EXPECT_EQ(event.result, -2);
+  }
+  gdw_device_program_event unknown{};
+  unknown.header.type = GDW_EVENT_DEVICE_PROGRAM;
+  unknown.command = 77;
+  EXPECT_FALSE(decode_probe_record(bytes_of(unknown)));
+}
+
+TEST(ProbeRecords, CgroupLifecycle) {
+  gdw_cgroup_event raw{};
+  raw.header.type = GDW_EVENT_CGROUP_RMDIR;
+  raw.hierarchy_id = 5;
+  raw.level = 3;
+  raw.cgroup_id = 1234;
+  std::strcpy(raw.path, "/kubepods/burstable/pod1");
+  auto decoded = decode_probe_record(bytes_of(raw));
+  ASSERT_TRUE(decoded);
+  const auto& event = std::get<CgroupLifecycleEvent>(*decoded);
+  EXPECT_FALSE(event.created);
+  EXPECT_EQ(event.hierarchy_id, 5u);
+  EXPECT_EQ(event.level, 3);
+  EXPECT_EQ(event.cgroup_id, 1234u);
+  EXPECT_EQ(event.path, "/kubepods/burstable/pod1");
+}
+
+TEST(ProbeRecords, ShortAndUnknownRecordsAreErrors) {
+  EXPECT_FALSE(decode_probe_record(""));
+  gdw_rule_write_event raw{};
+  raw.header.type = GDW_EVENT_RULE_WRITE;
+  auto truncated = decode_probe_record(bytes_of(raw).substr(0, sizeof(raw) - 1));
+  ASSERT_FALSE(truncated);
+  EXPECT_NE(truncated.error().message.find("rule write"), std::string::npos);
+  gdw_event_header header{};
+  header.type = 99;
+  auto unknown = decode_probe_record(bytes_of(header));
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("99"), std::string::npos);
+}
+
+TEST(ProbeRecords, OpenerViewPath) {
+  DeniedOpenEvent event;
+  event.opener.pid = 321;
+  event.path = "/dev/nvidia0";
+  event.dfd = AT_FDCWD;
+  EXPECT_EQ(opener_view_path(event), "/proc/321/root/dev/nvidia0");
+  event.path = "nvidia0";
+  EXPECT_EQ(opener_view_path(event), "/proc/321/cwd/nvidia0");
+  event.dfd = 5;
+  EXPECT_EQ(opener_view_path(event), "/proc/321/fd/5/nvidia0");
+  EXPECT_TRUE(needs_device_lookup(event));
+}
+
+}  // namespace
+}  // namespace gdw
