@@ -431,7 +431,7 @@ static __always_inline int emit_device_program(struct task_struct *task, struct 
 
 /* Runs for every syscall on the machine: the switch is all most of them see. */
 SEC("tp_btf/sys_exit")
-int BPF_PROG(syscall_exit, struct pt_regs *regs, long ret) {
+int BPF_PROG(gdw_sys_exit, struct pt_regs *regs, long ret) {
   struct task_struct *task;
   switch (SYSCALL_NR(regs)) {
     case NR_write:
@@ -482,11 +482,11 @@ static __always_inline int emit_cgroup_event(struct cgroup *cgroup, const char *
 }
 
 SEC("tp_btf/cgroup_mkdir")
-int BPF_PROG(cgroup_mkdir, struct cgroup *cgroup, const char *path) {
+int BPF_PROG(gdw_cg_mkdir, struct cgroup *cgroup, const char *path) {
   return emit_cgroup_event(cgroup, path, GDW_EVENT_CGROUP_MKDIR);
 }
 
 SEC("tp_btf/cgroup_rmdir")
-int BPF_PROG(cgroup_rmdir, struct cgroup *cgroup, const char *path) {
+int BPF_PROG(gdw_cg_rmdir, struct cgroup *cgroup, const char *path) {
   return emit_cgroup_event(cgroup, path, GDW_EVENT_CGROUP_RMDIR);
 }

@@ -12,7 +12,7 @@
 #include "node/config_file.h"
 #include "node/self_exe.h"
 #include "node/node_model.h"
-#include "node/v1_repair.h"
+#include "node/device_repair.h"
 
 namespace gdw {
 namespace {
@@ -21,16 +21,18 @@ using json = nlohmann::ordered_json;
 
 struct ContainerReport {
   ContainerTarget target;
-  V1Check before;
-  std::vector<V1Grant> grants;
-  std::optional<V1Check> after;
+  DeviceCheck before;
+  std::vector<DeviceGrant> grants;
+  std::string repair_note;   // v2: what the program replacement did
+  std::string repair_error;  // v2: why it failed
+  std::optional<DeviceCheck> after;
 
-  const V1Check& final_check() const { return after ? *after : before; }
+  const DeviceCheck& final_check() const { return after ? *after : before; }
   std::string status() const {
-    const V1Check& now = final_check();
+    const DeviceCheck& now = final_check();
     if (is_cgroup_gone(now.read_err)) return "gone";
     if (!now.ok()) return "unreadable";
-    if (!now.missing.empty()) return grants.empty() ? "missing" : "repair-failed";
+    if (!now.missing.empty()) return grants.empty() && repair_error.empty() ? "missing" : "repair-failed";
     if (!grants.empty()) return "repaired";
     if (!target.desired.unresolved.empty()) return "unresolved";
     return "ok";
@@ -59,7 +61,7 @@ json device_json(const WantedDevice& d) {
               {"reason", d.reason}};
 }
 
-std::string check_problem(const V1Check& c) {
+std::string check_problem(const DeviceCheck& c) {
   if (c.read_err) return std::string("cannot read devices.list: ") + std::strerror(c.read_err);
   return c.parse_error;
 }
@@ -68,7 +70,8 @@ void print_text(const NodeModel& node, const std::vector<ContainerReport>& repor
                 const std::vector<ContainerTarget>& unidentified, std::size_t untouched, const std::string& nvml_note) {
   const auto& cp = node.checkpoint();
   const auto& inv = node.inventory();
-  fmt::print("kubepods:   {} (cgroup v1 devices)\n", node.kubepods().dir());
+  fmt::print("kubepods:   {} ({})\n", node.kubepods().dir(),
+             node.version() == CgroupVersion::kV1 ? "cgroup v1 devices" : "cgroup v2 device programs");
   fmt::print("checkpoint: {} — {} entries, checksum {}{}\n", node.config().kubelet.checkpoint,
              cp.checkpoint.entries.size(), cp.checkpoint.checksum_valid ? "valid" : "INVALID",
              cp.used ? "" : " (entries ignored: kubelet.on_invalid_checksum=ignore)");
@@ -96,6 +99,8 @@ void print_text(const NodeModel& node, const std::vector<ContainerReport>& repor
     for (const auto& g : r.grants)
       fmt::print("{}: {} {} (c {}) — {}\n", who(r.target), g.err ? "could not grant" : "granted", g.device.name,
                  format_device_number(g.device.dev), describe_grant_error(g.err));
+    if (!r.repair_note.empty()) fmt::print("{}: {}\n", who(r.target), r.repair_note);
+    if (!r.repair_error.empty()) fmt::print("{}: could not replace the device programs: {}\n", who(r.target), r.repair_error);
     if (!r.final_check().ok() && !is_cgroup_gone(r.final_check().read_err))
       fmt::print("{}: {}\n", who(r.target), check_problem(r.final_check()));
     for (const auto& u : r.target.desired.unresolved) fmt::print("{}: allocated but not found: {}\n", who(r.target), u);
@@ -118,7 +123,7 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
   const auto& inv = node.inventory();
   json out;
   out["mode"] = to_string(node.config().mode);
-  out["cgroup"] = {{"version", "v1"}, {"kubepods", node.kubepods().dir()}};
+  out["cgroup"] = {{"version", to_string(node.version())}, {"kubepods", node.kubepods().dir()}};
   json entry_errors = json::array();
   for (const auto& e : cp.checkpoint.entry_errors)
     entry_errors.push_back({{"index", e.index}, {"pod_uid", e.pod_uid}, {"container", e.container_name},
@@ -156,6 +161,8 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
       gj["ok"] = g.err == 0;
       c["grants"].push_back(gj);
     }
+    if (!r.repair_note.empty()) c["repair"] = r.repair_note;
+    if (!r.repair_error.empty()) c["repair_error"] = r.repair_error;
     c["unresolved"] = r.target.desired.unresolved;
     if (!r.final_check().ok()) c["error"] = check_problem(r.final_check());
     if (!r.target.problem.empty()) c["problem"] = r.target.problem;
@@ -218,10 +225,28 @@ int run_check(const CheckOptions& options) {
       continue;
     }
     ContainerReport r;
-    r.before = check_v1(cg.cgroup_dir, target.desired);
+    const bool v2 = node.version() == CgroupVersion::kV2;
+    const auto spec = v2 ? enforced_spec(target.bundle->info, config->runtime.builtin_devices)
+                         : std::vector<OciDeviceCgroupRule>{};
+    auto check_now = [&] { return v2 ? check_v2(cg.cgroup_dir, target.desired, spec) : check_v1(cg.cgroup_dir, target.desired); };
+    r.before = check_now();
     if (options.repair && r.before.ok() && !r.before.missing.empty()) {
-      r.grants = grant_v1(cg.cgroup_dir, r.before.missing);
-      r.after = check_v1(cg.cgroup_dir, target.desired);
+      if (v2) {
+        auto installed = repair_v2(cg.cgroup_dir, target.desired.wanted, spec);
+        if (installed) {
+          for (const auto& m : r.before.missing) r.grants.push_back(DeviceGrant{m, 0, {}});
+          r.repair_note = "device program " + std::to_string(installed->attached_id) + " installed" +
+                          (installed->used_replace ? " (atomic replace)" : "") + ", " +
+                          std::to_string(installed->detached_ids.size()) + " detached";
+          for (const auto& left : installed->left_attached)
+            r.repair_note += "; program " + std::to_string(left.program.id) + " left attached: " + left.reason;
+        } else {
+          r.repair_error = installed.error().message;
+        }
+      } else {
+        r.grants = grant_v1(cg.cgroup_dir, r.before.missing);
+      }
+      r.after = check_now();
     }
     r.target = std::move(target);
     reports.push_back(std::move(r));

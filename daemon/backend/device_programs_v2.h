@@ -89,7 +89,9 @@ struct V2Repair {
 // Installs union_rules(spec, desired) on the cgroup: BPF_F_REPLACE when exactly one program
 // is attached (and it is not link-attached), else attach ours (BPF_F_ALLOW_MULTI) then
 // detach every other program — our own older ones too — that can be detached; nothing is
-// detached before ours is attached. Our program stays attached after this process exits.
+// detached before ours is attached. Our program stays attached after this process exits
+// (the repair must outlive the daemon). On a cgroup without device programs it restricts
+// the container to the union: call it only where denied_by_programs reports a denial.
 // Errors: more than kMaxProgramRules rules, a load the verifier rejects, a cgroup whose
 // programs were attached without BPF_F_ALLOW_MULTI (or whose ancestor forbids attaching),
 // or a failed attach; each names the cgroup and the errno text.

@@ -211,6 +211,10 @@ const std::map<std::string, Setter>& setters() {
          c.runtime.state_dirs = std::move(dirs);
          return std::nullopt;
        }},
+      {"runtime.builtin_devices", [](auto& n, Config& c) {
+         return as_enum(n, c.runtime.builtin_devices,
+                        {{"runc-1.1", BuiltinDevices::kRunc1_1}, {"runc-1.2", BuiltinDevices::kRunc1_2}});
+       }},
       {"devices.dev_root", [](auto& n, Config& c) { return as_absolute_path(n, c.devices.dev_root); }},
       {"devices.proc_root", [](auto& n, Config& c) { return as_absolute_path(n, c.devices.proc_root); }},
       {"devices.resources", [](auto& n, Config& c) -> Problem {
@@ -229,6 +233,8 @@ const std::map<std::string, Setter>& setters() {
        [](auto& n, Config& c) { return as_duration(n, c.repair.rejected_backoff, D{100}, D{3600000}); }},
       {"daemon.resync_interval",
        [](auto& n, Config& c) { return as_duration(n, c.daemon.resync_interval, D{1000}, D{86400000}); }},
+      {"daemon.program_query_interval",
+       [](auto& n, Config& c) { return as_duration(n, c.daemon.program_query_interval, D{100}, D{3600000}); }},
       {"metrics.listen", [](auto& n, Config& c) { return as_listen_address(n, c.metrics.listen); }},
       {"probe.enabled", [](auto& n, Config& c) { return as_bool(n, c.probe.enabled); }},
       {"systemd.bus_address", [](auto& n, Config& c) { return as_string(n, c.systemd.bus_address); }},

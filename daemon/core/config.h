@@ -20,6 +20,8 @@ enum class CgroupVersion { kAuto, kV1, kV2 };
 enum class CgroupDriver { kAuto, kCgroupfs, kSystemd };
 enum class AllocationSource { kAuto, kCheckpoint, kPodResources };
 enum class InvalidChecksumPolicy { kUse, kIgnore };
+// The devices runc allows beyond the spec on cgroup v2 (tun was dropped in runc 1.2).
+enum class BuiltinDevices { kRunc1_1, kRunc1_2 };
 
 using Duration = std::chrono::milliseconds;
 
@@ -48,6 +50,7 @@ struct Config {
   } kubelet;
 
   struct Runtime {
+    BuiltinDevices builtin_devices = BuiltinDevices::kRunc1_1;
     std::vector<std::string> state_dirs = {
         "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
         "/run/containers/storage/overlay-containers",
@@ -73,6 +76,9 @@ struct Config {
 
   struct Daemon {
     Duration resync_interval{60000};
+    // cgroup v2: how often device programs are re-queried (a link released by its holder's
+    // exit makes no bpf() call the probe could see).
+    Duration program_query_interval{10000};
   } daemon;
 
   struct Metrics {

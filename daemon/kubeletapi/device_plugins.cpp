@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 
 #include "deviceplugin_service.grpc.pb.h"
@@ -31,12 +32,16 @@ struct Round {
   bool ready = false;                      // every probe has finished
 };
 
-// Everything gRPC uses until the probe's callback has run. Owned by the prober and freed on
-// its thread, never from a callback: a channel destroyed on gRPC's own thread races with
-// gRPC's shutdown at exit.
-struct ProbeCall {
+// What gRPC uses until the probe's callback has run. Owned by the prober and freed on its
+// thread, never from a callback.
+// A plugin socket's channel, kept while the socket is there. Freed on the prober's thread: a
+// channel destroyed on gRPC's own thread races with gRPC's shutdown at exit.
+struct PluginChannel {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1beta1::DevicePlugin::Stub> stub;
+};
+
+struct ProbeCall {
   grpc::ClientContext context;
   v1beta1::Empty request;
   v1beta1::DevicePluginOptions response;
@@ -65,6 +70,7 @@ struct DevicePluginProber::Impl {
   std::string dir;
   Duration timeout{0};
   std::shared_ptr<CompletionSignal> signal;
+  std::map<std::string, PluginChannel> channels;  // by socket path
   std::shared_ptr<Round> round;  // the round started last, until taken
   std::vector<std::unique_ptr<ProbeCall>> calls;  // its calls
 };
@@ -109,6 +115,10 @@ Status DevicePluginProber::start() {
     round->results[i].path = impl.dir + "/" + (*sockets)[i];
   }
   impl.round = round;
+  std::erase_if(impl.channels, [&](const auto& entry) {
+    return std::none_of(round->results.begin(), round->results.end(),
+                        [&](const DevicePluginProbe& r) { return r.path == entry.first; });
+  });
   if (sockets->empty()) {
     std::lock_guard lock(round->mu);
     round->ready = true;
@@ -119,15 +129,19 @@ Status DevicePluginProber::start() {
   const auto started = std::chrono::steady_clock::now();
   const auto deadline = std::chrono::system_clock::now() + impl.timeout;
   for (std::size_t i = 0; i < sockets->size(); ++i) {
+    const std::string& path = round->results[i].path;
+    PluginChannel& plugin = impl.channels[path];
+    if (!plugin.channel) {
+      plugin.channel = kubeletapi::unix_socket_channel(path);
+      plugin.stub = v1beta1::DevicePlugin::NewStub(plugin.channel);
+    }
     ProbeCall* call = impl.calls.emplace_back(std::make_unique<ProbeCall>()).get();
-    call->channel = kubeletapi::unix_socket_channel(round->results[i].path);
-    call->stub = v1beta1::DevicePlugin::NewStub(call->channel);
     call->context.set_deadline(deadline);
     // The callback shares the round and the signal: they outlive the prober if cancelling
     // outlasts the destructor's wait.
-    call->stub->async()->GetDevicePluginOptions(
+    plugin.stub->async()->GetDevicePluginOptions(
         &call->context, &call->request, &call->response,
-        [round, i, signal = impl.signal, started, path = round->results[i].path,
+        [round, i, signal = impl.signal, started, path,
          timeout = impl.timeout](grpc::Status status) {
           std::lock_guard lock(round->mu);
           DevicePluginProbe& result = round->results[i];

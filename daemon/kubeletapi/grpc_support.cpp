@@ -45,7 +45,7 @@ void CompletionSignal::clear() {
 
 std::shared_ptr<grpc::Channel> unix_socket_channel(const std::string& path) {
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);  // gRPC's default grows to 120 s
   // A node with many pods lists more than gRPC's 4 MiB default allows.
   args.SetMaxReceiveMessageSize(64 << 20);
   return grpc::CreateCustomChannel("unix://" + path, grpc::InsecureChannelCredentials(), args);

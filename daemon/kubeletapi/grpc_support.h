@@ -46,9 +46,9 @@ class GrpcLibraryRef {
   GrpcLibraryRef& operator=(const GrpcLibraryRef&) = delete;
 };
 
-// A fresh channel to unix://<path> for one call. Each call gets its own connection (a local
-// subchannel pool, not gRPC's process-wide one): a server that hung one call, or a
-// reconnect backoff after kubelet restarted, does not carry over to the next call.
+// A channel to unix://<path>, kept across calls: a fresh connection per call costs the
+// caller's thread a synchronous connect. It reconnects after at most about a second of
+// backoff, so a restarted kubelet or plugin is reachable again by the next call.
 std::shared_ptr<grpc::Channel> unix_socket_channel(const std::string& path);
 
 // "<call> at unix://<path>: <what happened>", with the kind the status code maps to.

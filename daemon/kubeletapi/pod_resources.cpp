@@ -24,12 +24,9 @@ struct Mailbox {
   bool running = false;  // a gRPC call has not called back yet
 };
 
-// Everything gRPC uses until the call's callback has run. Owned by the client and freed on
-// its thread, never from the callback: a channel destroyed on gRPC's own thread races with
-// gRPC's shutdown at exit.
+// What gRPC uses until the call's callback has run. Owned by the client and freed on its
+// thread, never from the callback.
 struct ListCall {
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::PodResourcesLister::Stub> stub;
   grpc::ClientContext context;
   v1::ListPodResourcesRequest request;
   v1::ListPodResourcesResponse response;
@@ -59,6 +56,10 @@ std::vector<PodResourcesContainer> containers_of(const v1::ListPodResourcesRespo
 struct PodResourcesClient::Impl {
   kubeletapi::GrpcLibraryRef grpc;  // first member: outlives the call below
   PodResourcesOptions options;
+  // Freed on the client's thread: a channel destroyed on gRPC's own thread races with
+  // gRPC's shutdown at exit.
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::PodResourcesLister::Stub> stub;
   std::shared_ptr<CompletionSignal> signal;
   std::shared_ptr<Mailbox> mailbox = std::make_shared<Mailbox>();
   // The call started last, until its outcome is taken.
@@ -78,6 +79,8 @@ Result<std::unique_ptr<PodResourcesClient>> PodResourcesClient::create(PodResour
   if (!signal) return with_context("PodResources client", signal.error());
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
+  impl->channel = kubeletapi::unix_socket_channel(impl->options.socket_path);
+  impl->stub = v1::PodResourcesLister::NewStub(impl->channel);
   impl->signal = std::move(*signal);
   return std::unique_ptr<PodResourcesClient>(new PodResourcesClient(std::move(impl)));
 }
@@ -125,8 +128,6 @@ Status PodResourcesClient::start_list(std::chrono::steady_clock::time_point now)
 
   impl.call = std::make_unique<ListCall>();
   ListCall* call = impl.call.get();
-  call->channel = kubeletapi::unix_socket_channel(path);
-  call->stub = v1::PodResourcesLister::NewStub(call->channel);
   call->context.set_deadline(std::chrono::system_clock::now() + impl.options.timeout);
   {
     std::lock_guard lock(impl.mailbox->mu);
@@ -134,7 +135,7 @@ Status PodResourcesClient::start_list(std::chrono::steady_clock::time_point now)
   }
   // The callback shares the mailbox and the signal: they outlive the client if cancelling
   // outlasts the destructor's wait. The call itself is only read before `running` clears.
-  call->stub->async()->List(
+  impl.stub->async()->List(
       &call->context, &call->request, &call->response,
       [call, mailbox = impl.mailbox, signal = impl.signal, started, path,
        timeout = impl.options.timeout](grpc::Status status) {

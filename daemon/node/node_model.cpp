@@ -35,8 +35,11 @@ Result<std::string> read_text_file(const std::string& path, std::size_t max_byte
 NodeModel::NodeModel(Config config) : config_(std::move(config)), bundles_(config_.runtime.state_dirs) {}
 
 Status NodeModel::locate() {
-  auto loc = locate_kubepods(config_.cgroup.root + "/devices", config_.cgroup.kubepods);
+  auto hierarchy = locate_hierarchy(config_.cgroup.root, config_.cgroup.version);
+  if (!hierarchy) return hierarchy.error();
+  auto loc = locate_kubepods(hierarchy->root, config_.cgroup.kubepods);
   if (!loc) return loc.error();
+  hierarchy_ = *hierarchy;
   kubepods_ = *loc;
   return {};
 }

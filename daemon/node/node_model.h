@@ -32,9 +32,11 @@ class NodeModel {
   const Config& config() const { return config_; }
   DesiredPolicy policy() const { return DesiredPolicy{config_.devices.resources, config_.devices.control}; }
 
-  // Finds the kubepods parent in the v1 devices hierarchy (<cgroup.root>/devices).
+  // Finds the hierarchy that holds device policy (v1 devices or cgroup2) and the kubepods
+  // parent in it.
   Status locate();
   const KubepodsLocation& kubepods() const { return kubepods_; }
+  CgroupVersion version() const { return hierarchy_.version; }
 
   // Reads and parses kubelet.checkpoint. On error the previous good record stays in use.
   Status load_checkpoint();
@@ -59,6 +61,7 @@ class NodeModel {
   void add_device_spec_nodes();
 
   Config config_;
+  Hierarchy hierarchy_;
   KubepodsLocation kubepods_;
   CheckpointState checkpoint_;
   AllocationIndex allocations_;

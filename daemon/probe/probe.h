@@ -109,3 +109,11 @@ class Probe {
 };
 
 }  // namespace gdw
+
+namespace gdw {
+
+// Whether some process on this node has gpu-devwatch's probe loaded (its programs are
+// named gdw_sys_exit, gdw_cg_mkdir, gdw_cg_rmdir). Needs CAP_SYS_ADMIN to list programs.
+Result<bool> probe_loaded_on_node();
+
+}  // namespace gdw

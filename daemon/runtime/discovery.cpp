@@ -26,6 +26,23 @@ std::vector<std::string> subdirs(const std::string& dir) {
 
 }  // namespace
 
+Result<Hierarchy> locate_hierarchy(const std::string& cgroup_root, CgroupVersion configured) {
+  auto exists = [](const std::string& p) {
+    struct stat st{};
+    return ::stat(p.c_str(), &st) == 0;
+  };
+  const std::string v1 = cgroup_root + "/devices";
+  if (configured != CgroupVersion::kV2 && exists(v1 + "/devices.list")) return Hierarchy{CgroupVersion::kV1, v1};
+  if (configured == CgroupVersion::kV1) return Error{"cgroup.version v1: no devices hierarchy at " + v1};
+  for (const std::string& root : {cgroup_root, cgroup_root + "/unified"}) {
+    if (exists(root + "/cgroup.controllers")) return Hierarchy{CgroupVersion::kV2, root};
+  }
+  if (configured == CgroupVersion::kV2) return Error{"cgroup.version v2: no cgroup2 mount at " + cgroup_root};
+  // A tree of plain directories (fixtures) without devices.list: treat <root>/devices as v1.
+  if (is_dir(v1)) return Hierarchy{CgroupVersion::kV1, v1};
+  return Error{"no cgroup v1 devices hierarchy or cgroup2 mount under " + cgroup_root};
+}
+
 Result<KubepodsLocation> locate_kubepods(const std::string& hierarchy_root, const std::string& configured) {
   if (!is_dir(hierarchy_root)) return Error{"cgroup hierarchy " + hierarchy_root + " does not exist"};
   if (!configured.empty()) {

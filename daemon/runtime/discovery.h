@@ -11,6 +11,18 @@
 
 namespace gdw {
 
+struct Hierarchy {
+  CgroupVersion version = CgroupVersion::kV1;  // resolved: never kAuto
+  std::string root;                           // /sys/fs/cgroup/devices, /sys/fs/cgroup, /sys/fs/cgroup/unified
+};
+
+// Which hierarchy holds the containers' device policy under cgroup.root:
+// v1 — <root>/devices (a devices controller hierarchy: devices.list at its root);
+// v2 — <root> when it is a cgroup2 mount (cgroup.controllers), else <root>/unified (the
+// cgroup2 mount of a hybrid host). auto prefers v1 when the devices controller is there,
+// because kubelet on a hybrid host puts pods in the v1 hierarchies.
+Result<Hierarchy> locate_hierarchy(const std::string& cgroup_root, CgroupVersion configured);
+
 struct KubepodsLocation {
   std::string hierarchy_root;  // /sys/fs/cgroup/devices
   std::string kubepods_rel;    // kubepods, kubepods.slice, or a configured path

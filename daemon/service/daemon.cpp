@@ -5,12 +5,20 @@
 #include <sys/inotify.h>
 #include <systemd/sd-daemon.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
+#include <variant>
 
 #include "node/config_file.h"
 #include "node/self_exe.h"
+#include "core/writer_name.h"
 #include "log/log.h"
 
 namespace gdw {
@@ -27,6 +35,12 @@ constexpr Clock::duration kIdentifyRetry[] = {std::chrono::milliseconds(10), std
                                               std::chrono::milliseconds(1000), std::chrono::milliseconds(5000)};
 // A NVML query that timed out is not retried for a while: a hung driver stays hung.
 constexpr Clock::duration kNvmlRetryAfterFailure = std::chrono::minutes(5);
+// A revocation the probe saw at most this long before a repair's trigger caused it.
+constexpr Clock::duration kAttributionWindow = std::chrono::seconds(1);
+// How long a repair's log line waits for the probe's record of the revoking write.
+constexpr Clock::duration kAttributionWait = std::chrono::milliseconds(20);
+// Denied opens of one device in one container are logged at most this often.
+constexpr Clock::duration kDeniedOpenLogInterval = std::chrono::minutes(1);
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -118,21 +132,34 @@ Status Daemon::start() {
   if (!timer) return timer.error();
   resync_timer_ = std::move(*timer);
 
+  // cgroup v2: a link released by its holder's exit makes no bpf() call the probe could see.
+  auto query = loop_->add_timer([this] {
+    if (v2()) {
+      check_all(Clock::now(), [](const Watched& w) { return w.target.kind == TargetKind::kGpu; });
+      update_gauges();
+    }
+    arm_or_log(program_query_timer_, config_.daemon.program_query_interval, "program-query");
+  }, "program-query", duration_cast<microseconds>(config_.daemon.program_query_interval));
+  if (!query) return query.error();
+  program_query_timer_ = std::move(*query);
+
   if (auto s = loop_->enable_watchdog(); !s) log::warn(s.error().message);
 
   if (!config_.metrics.listen.empty()) {
     if (auto s = metrics_.serve(config_.metrics.listen); !s) return s.error();
   }
+  if (config_.probe.enabled) load_probe();
+  metrics_.set_probe_loaded(probe_ != nullptr);
   node_ = std::make_unique<NodeModel>(config_);
   log::info("starting: mode " + to_string(config_.mode) + ", metrics on " +
             (config_.metrics.listen.empty() ? std::string("(off)") : config_.metrics.listen));
   full_resync("startup");
   ready_ = true;
-  sd_notifyf(0, "READY=1\nSTATUS=watching %zu GPU container(s)", static_cast<std::size_t>(std::count_if(
-                                                                         containers_.begin(), containers_.end(),
-                                                                         [](const auto& kv) {
-                                                                           return kv.second.target.kind == TargetKind::kGpu;
-                                                                         })));
+  const auto gpu_containers = std::count_if(containers_.begin(), containers_.end(), [](const auto& kv) {
+    return kv.second.target.kind == TargetKind::kGpu;
+  });
+  sd_notifyf(0, "READY=1\nSTATUS=watching %zu GPU container(s); eBPF probe %s",
+             static_cast<std::size_t>(gpu_containers), probe_status_.c_str());
   log::info("ready");
   return {};
 }
@@ -153,12 +180,22 @@ void Daemon::reload_config() {
   // Start over from the new configuration: paths may have changed.
   for (auto it = containers_.begin(); it != containers_.end();) {
     metrics_.forget(it->second.labels);
+    if (probe_ && it->second.cgroup_id) (void)probe_->unwatch_cgroup(it->second.cgroup_id);
     it = containers_.erase(it);
   }
+  dir_by_cgroup_id_.clear();
   for (const auto& [wd, target] : watches_) inotify_->remove(wd);
   watches_.clear();
   wd_by_path_.clear();
   config_ = *fresh;
+  if (!config_.probe.enabled && probe_) {
+    probe_source_ = EventSource();
+    probe_.reset();
+    probe_status_ = "off (probe.enabled: false)";
+  } else if (config_.probe.enabled && !probe_) {
+    load_probe();
+  }
+  metrics_.set_probe_loaded(probe_ != nullptr);
   node_ = std::make_unique<NodeModel>(config_);
   located_ = false;
   metrics_.config_reload(true);
@@ -215,6 +252,20 @@ void Daemon::full_resync(const std::string& reason) {
     }
     located_ = true;
     locate_error_logged_ = false;
+    // cgroup_mkdir reports hierarchies by id: cgroup2 is 0, a v1 controller's is in /proc/cgroups.
+    tree_hierarchy_id_.reset();
+    if (v2()) {
+      tree_hierarchy_id_ = 0;
+    } else {
+      std::ifstream cgroups(config_.devices.proc_root + "/cgroups");
+      std::string line;
+      while (std::getline(cgroups, line)) {
+        std::istringstream fields(line);
+        std::string name;
+        std::uint32_t hierarchy = 0;
+        if (fields >> name >> hierarchy && name == "devices") tree_hierarchy_id_ = hierarchy;
+      }
+    }
     log::info("watching " + node_->kubepods().dir());
   }
   ensure_input_watches();
@@ -420,18 +471,38 @@ void Daemon::apply_target(Watched& w, ContainerTarget target) {
     w.labels = labels;
   }
   const bool is_gpu = w.target.kind == TargetKind::kGpu;
-  if (is_gpu && w.wds.empty()) {
+  if (is_gpu && w.cgroup_id == 0) {
+    struct stat st{};
+    if (::stat(w.cgroup.cgroup_dir.c_str(), &st) == 0) {
+      w.cgroup_id = st.st_ino;
+      dir_by_cgroup_id_[w.cgroup_id] = w.cgroup.cgroup_dir;
+    }
+  }
+  if (is_gpu) watch_in_probe(w);
+  if (is_gpu && v2() && w.target.bundle) w.spec = enforced_spec(w.target.bundle->info, config_.runtime.builtin_devices);
+  if (is_gpu && !w.watching) {
+    // cgroup v1: every rule write shows up here. cgroup v2 has no files to watch: the
+    // probe's program events, systemd's Reloading and the program query timer stand in.
     for (const char* file : {"/devices.deny", "/devices.allow"}) {
+      if (v2()) break;
       int wd = add_watch(w.cgroup.cgroup_dir + file, kDevicesFileMask, {WatchTarget::kContainerFile, w.cgroup.cgroup_dir});
       if (wd >= 0) w.wds.push_back(wd);
     }
-    log::info("watching GPU container, wants " + device_names(w.target.desired.wanted),
+    log::info("watching GPU container" + std::string(v2() ? " (cgroup v2)" : "") + ", wants " +
+                  device_names(w.target.desired.wanted),
               fields_of(w.labels, w.cgroup.cgroup_dir));
     for (const auto& u : w.target.desired.unresolved)
       log::warn("allocated device not found on this node: " + u, fields_of(w.labels, w.cgroup.cgroup_dir));
+    w.watching = true;
   } else if (!is_gpu && was_gpu) {
+    if (w.cgroup_id) {
+      if (probe_) (void)probe_->unwatch_cgroup(w.cgroup_id);
+      dir_by_cgroup_id_.erase(w.cgroup_id);
+      w.cgroup_id = 0;
+    }
     for (int wd : w.wds) drop_watch(wd);
     w.wds.clear();
+    w.watching = false;
     w.missing.clear();
     metrics_.forget(w.labels);
   }
@@ -441,6 +512,10 @@ void Daemon::remove_container(const std::string& cgroup_dir) {
   auto it = containers_.find(cgroup_dir);
   if (it == containers_.end()) return;
   for (int wd : it->second.wds) drop_watch(wd);
+  if (it->second.cgroup_id) {
+    if (probe_) (void)probe_->unwatch_cgroup(it->second.cgroup_id);
+    dir_by_cgroup_id_.erase(it->second.cgroup_id);
+  }
   if (it->second.target.kind == TargetKind::kGpu)
     log::info("GPU container gone", fields_of(it->second.labels, cgroup_dir));
   metrics_.forget(it->second.labels);
@@ -507,7 +582,7 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
   const std::string& dir = w.cgroup.cgroup_dir;
   const auto fields = fields_of(w.labels, dir);
   const auto now = Clock::now();
-  V1Check check = check_v1(dir, w.target.desired);
+  DeviceCheck check = v2() ? check_v2(dir, w.target.desired, w.spec) : check_v1(dir, w.target.desired);
   if (is_cgroup_gone(check.read_err)) {
     remove_container(dir);  // removed mid-repair: quietly dropped
     return;
@@ -567,11 +642,12 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
     schedule_retry(w, wait, trigger);
     return;
   }
-  auto grants = grant_v1(dir, grantable);
+  std::string method;
+  auto grants = apply_grants(w, grantable, method);
   metrics_.repair_duration(std::chrono::duration<double>(Clock::now() - trigger).count());
   std::vector<WantedDevice> granted;
   for (const auto& g : grants) {
-    metrics_.regrant(g.err == 0, "cgroupfs");
+    metrics_.regrant(g.err == 0, method);
     if (g.err == 0) {
       granted.push_back(g.device);
       w.missing.erase(g.device.dev);
@@ -590,18 +666,226 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
       f.device = g.device.name;
       const std::string rule = format_device_rule(grant_rules({g.device})[0]);
       f.rule = rule;
-      log::error("cannot grant " + g.device.name + ": " + describe_grant_error(g.err) + "; retrying every " +
+      log::error("cannot grant " + g.device.name + ": " + (g.error.empty() ? describe_grant_error(g.err) : g.error) +
+                     "; retrying every " +
                      format_duration(config_.repair.rejected_backoff),
                  f);
     }
   }
-  if (!granted.empty()) {
-    log::Fields f = fields;
-    const std::string names = device_names(granted), rules = grant_rules_text(granted);
-    f.device = names;
-    f.rule = rules;
-    log::info("granted back " + names, f);
+  if (granted.empty()) return;
+  w.unlogged_grants.insert(w.unlogged_grants.end(), granted.begin(), granted.end());
+  if (w.unlogged_trigger == Clock::time_point{}) w.unlogged_trigger = trigger;
+  // The probe's record of the revoking write can trail the inotify event by microseconds:
+  // give it a moment so the log line can say who did it.
+  const bool attributed = w.last_revocation && w.last_revocation->at + kAttributionWindow >= trigger;
+  if (!probe_ || attributed) {
+    log_grants(w);
+    return;
   }
+  if (!w.log_timer) {
+    const std::string key = dir;
+    auto t = loop_->add_timer([this, key] {
+      if (auto it = containers_.find(key); it != containers_.end()) log_grants(it->second);
+    }, "grant-log");
+    if (!t) {
+      log_grants(w);
+      return;
+    }
+    w.log_timer = std::move(*t);
+  }
+  if (!w.log_timer.armed()) arm_or_log(w.log_timer, kAttributionWait, "grant-log");
+}
+
+std::vector<DeviceGrant> Daemon::apply_grants(Watched& w, const std::vector<WantedDevice>& grantable,
+                                             std::string& method) {
+  if (!v2()) {
+    method = "cgroupfs";
+    return grant_v1(w.cgroup.cgroup_dir, grantable);
+  }
+  // cgroup v2: one program allowing spec + everything desired replaces the denying ones.
+  method = "bpf";
+  auto installed = repair_v2(w.cgroup.cgroup_dir, w.target.desired.wanted, w.spec);
+  std::vector<DeviceGrant> grants;
+  for (const auto& d : grantable)
+    grants.push_back(DeviceGrant{d, installed ? 0 : EPERM, installed ? "" : installed.error().message});
+  if (installed) {
+    for (const auto& left : installed->left_attached)
+      log::warn("device program " + std::to_string(left.program.id) + " (" + left.program.name +
+                    ") could not be detached: " + left.reason,
+                fields_of(w.labels, w.cgroup.cgroup_dir));
+  }
+  return grants;
+}
+
+void Daemon::log_grants(Watched& w) {
+  if (w.unlogged_grants.empty()) return;
+  w.log_timer.disarm();
+  log::Fields f = fields_of(w.labels, w.cgroup.cgroup_dir);
+  const std::string names = device_names(w.unlogged_grants), rules = grant_rules_text(w.unlogged_grants);
+  f.device = names;
+  f.rule = rules;
+  std::string message = "granted back " + names;
+  std::string writer;
+  if (w.last_revocation && w.last_revocation->at + kAttributionWindow >= w.unlogged_trigger) {
+    writer = w.last_revocation->writer;
+    f.writer = writer;
+    message += "; revoked by " + w.last_revocation->detail;
+  }
+  log::info(message, f);
+  w.unlogged_grants.clear();
+  w.unlogged_trigger = {};
+}
+
+void Daemon::load_probe() {
+  auto probe = Probe::load();
+  if (!probe) {
+    probe_status_ = "off: " + probe.error().message;
+    log::warn("eBPF probe not loaded, continuing on inotify alone: " + probe.error().message);
+    return;
+  }
+  // Higher priority than inotify: the record of a revoking write is read before the repair
+  // it triggers, so the repair's log line can name the writer.
+  auto src = loop_->add_io((*probe)->fd(), EPOLLIN, [this](std::uint32_t) { on_probe(); }, "probe", -20);
+  if (!src) {
+    probe_status_ = "off: " + src.error().message;
+    log::warn("eBPF probe not loaded: " + src.error().message);
+    return;
+  }
+  probe_ = std::move(*probe);
+  probe_source_ = std::move(*src);
+  probe_majors_.clear();
+  probe_paths_.clear();
+  probe_status_ = "loaded";
+  log::info("eBPF probe loaded: attributing rule writes, reporting denied opens");
+}
+
+void Daemon::watch_in_probe(Watched& w) {
+  if (!probe_) return;
+  if (w.cgroup_id) {
+    if (auto s = probe_->watch_cgroup(w.cgroup_id); !s) log::warn("probe: " + s.error().message);
+  }
+  for (const auto& d : w.target.desired.wanted) {
+    if (probe_majors_.insert(d.dev.major).second) (void)probe_->watch_major(d.dev.major);
+    // The node's path inside containers (/dev/<name>) and on this host (dev_root).
+    for (const std::string& path : {"/dev/" + d.name, config_.devices.dev_root + "/" + d.name}) {
+      if (probe_paths_.insert(path).second) (void)probe_->watch_device_node(path, d.dev.major, d.dev.minor);
+    }
+  }
+}
+
+Daemon::Watched* Daemon::container_by_cgroup_id(std::uint64_t id) {
+  auto dir = dir_by_cgroup_id_.find(id);
+  if (dir == dir_by_cgroup_id_.end()) return nullptr;
+  auto it = containers_.find(dir->second);
+  return it == containers_.end() ? nullptr : &it->second;
+}
+
+void Daemon::on_probe() {
+  auto n = probe_->consume([this](const ProbeEvent& ev) {
+    std::visit(
+        [this](const auto& e) {
+          using T = std::decay_t<decltype(e)>;
+          if constexpr (std::is_same_v<T, RuleWriteEvent>) {
+            on_rule_write(e);
+          } else if constexpr (std::is_same_v<T, DeniedOpenEvent>) {
+            on_denied_open(e);
+          } else if constexpr (std::is_same_v<T, CgroupLifecycleEvent>) {
+            on_cgroup_lifecycle(e);
+          } else if constexpr (std::is_same_v<T, DeviceProgramEvent>) {
+            on_device_program(e);
+          }
+        },
+        ev);
+  });
+  if (!n) {
+    metrics_.event_loop_error("probe");
+    log::error("reading probe events: " + n.error().message);
+  }
+  metrics_.set_ring_buffer_drops(probe_->stats().ring_buffer_drops);
+}
+
+void Daemon::on_rule_write(const RuleWriteEvent& ev) {
+  Watched* w = container_by_cgroup_id(ev.target_cgroup_id);
+  if (!w || w->target.kind != TargetKind::kGpu || !ev.deny || ev.result < 0) return;
+  if (ev.writer.pid == ::getpid()) return;
+  auto rule = parse_device_rule(ev.rule);
+  if (!rule) return;
+  // It revokes when it matches a wanted device and takes away some of the access it needs.
+  const bool revoking = std::any_of(w->target.desired.wanted.begin(), w->target.desired.wanted.end(),
+                                    [&](const WantedDevice& d) {
+                                      if (rule->type == DeviceType::kAll) return true;
+                                      const DeviceRule numbers{rule->type, rule->major, rule->minor, kAccessAll};
+                                      return rule_covers(numbers, d.dev, kAccessAll) && (rule->access & d.access) != 0;
+                                    });
+  if (!revoking) return;
+  char exe[4096];
+  ssize_t len = ::readlink(("/proc/" + std::to_string(ev.writer.pid) + "/exe").c_str(), exe, sizeof exe - 1);
+  WriterIdentity who{ev.writer.comm, ev.writer.parent_comm, len > 0 ? std::string(exe, static_cast<std::size_t>(len)) : "",
+                     ev.writer.pid};
+  Watched::Revocation r;
+  r.writer = recognise_writer(who);
+  r.detail = r.writer + " (pid " + std::to_string(ev.writer.pid) + ", comm " + ev.writer.comm +
+             (who.exe.empty() ? "" : ", " + who.exe) + ", parent " + ev.writer.parent_comm + ") writing '" + ev.rule +
+             "' to devices.deny";
+  r.at = Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ev.ktime_ns)));
+  w->last_revocation = std::move(r);
+  metrics_.revocation(w->last_revocation->writer);
+  if (!w->unlogged_grants.empty()) log_grants(*w);
+}
+
+void Daemon::on_denied_open(const DeniedOpenEvent& ev) {
+  Watched* w = container_by_cgroup_id(ev.opener.devices_cgroup_id);
+  if (!w) w = container_by_cgroup_id(ev.opener.cgroup_id);
+  if (!w || w->target.kind != TargetKind::kGpu) return;
+  std::string device = "other";
+  for (const auto& d : w->target.desired.wanted)
+    if (d.dev.major == ev.major && d.dev.minor == ev.minor) device = d.name;
+  metrics_.denied_open(w->labels, device);
+  const auto now = Clock::now();
+  auto& last = w->denied_open_logged[device];
+  if (last != Clock::time_point{} && now - last < kDeniedOpenLogInterval) return;
+  last = now;
+  log::Fields f = fields_of(w->labels, w->cgroup.cgroup_dir);
+  f.device = device;
+  log::warn("open(" + ev.path + ") of c " + std::to_string(ev.major) + ":" + std::to_string(ev.minor) +
+                " denied (EPERM) for pid " + std::to_string(ev.opener.pid) + " (" + ev.opener.comm + ")",
+            f);
+}
+
+void Daemon::on_device_program(const DeviceProgramEvent& ev) {
+  if (!v2() || ev.caller.pid == ::getpid() || ev.result < 0) return;
+  Watched* w = container_by_cgroup_id(ev.target_cgroup_id);
+  if (!w || w->target.kind != TargetKind::kGpu) return;
+  using Command = DeviceProgramEvent::Command;
+  const char* what = ev.command == Command::kProgAttach   ? "attaching"
+                     : ev.command == Command::kProgDetach ? "detaching"
+                     : ev.command == Command::kLinkCreate ? "linking"
+                     : ev.command == Command::kLinkUpdate ? "updating the link of"
+                                                          : "detaching the link of";
+  // Only a change that leaves wanted devices denied is a revocation worth naming.
+  const DeviceCheck now = check_v2(w->cgroup.cgroup_dir, w->target.desired, w->spec);
+  if (now.ok() && !now.missing.empty()) {
+    char exe[4096];
+    ssize_t len = ::readlink(("/proc/" + std::to_string(ev.caller.pid) + "/exe").c_str(), exe, sizeof exe - 1);
+    WriterIdentity who{ev.caller.comm, ev.caller.parent_comm,
+                       len > 0 ? std::string(exe, static_cast<std::size_t>(len)) : "", ev.caller.pid};
+    Watched::Revocation r;
+    r.writer = recognise_writer(who);
+    r.detail = r.writer + " (pid " + std::to_string(ev.caller.pid) + ", comm " + ev.caller.comm +
+               (who.exe.empty() ? "" : ", " + who.exe) + ") " + what + " device program " + std::to_string(ev.prog_id);
+    r.at = Clock::now();
+    w->last_revocation = std::move(r);
+    metrics_.revocation(w->last_revocation->writer);
+  }
+  check_and_repair(*w, Clock::now());
+  update_gauges();
+}
+
+void Daemon::on_cgroup_lifecycle(const CgroupLifecycleEvent& ev) {
+  // A faster trigger than inotify for new containers; inotify stays the fallback and
+  // dir_created() is idempotent.
+  if (!ev.created || !located_ || tree_hierarchy_id_ != ev.hierarchy_id) return;
+  dir_created(node_->kubepods().hierarchy_root + ev.path);
 }
 
 void Daemon::update_gauges() {

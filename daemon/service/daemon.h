@@ -20,8 +20,9 @@
 #include "core/repair_policy.h"
 #include "metrics/metrics.h"
 #include "node/node_model.h"
-#include "node/v1_repair.h"
+#include "node/device_repair.h"
 #include "nvidia/nvml.h"
+#include "probe/probe.h"
 #include "watch/event_loop.h"
 #include "watch/inotify.h"
 
@@ -46,7 +47,8 @@ class Daemon {
     DiscoveredContainer cgroup;
     ContainerTarget target;
     ContainerLabels labels;
-    std::vector<int> wds;  // devices.allow and devices.deny, while a GPU container
+    bool watching = false;  // set up as a GPU container (logged, watched)
+    std::vector<int> wds;   // v1: devices.allow and devices.deny
     RepairBudget budget;
     std::set<DeviceNumber> missing;  // as of the last check
     // Grants the kernel refused (a parent denies): not retried before the back-off ends,
@@ -60,6 +62,20 @@ class Daemon {
     Clock::time_point retry_at{};      // when `retry` fires, while armed
     Clock::time_point pending_since{};  // the oldest trigger a deferred repair still owes
     int identify_attempts = 0;
+    std::uint64_t cgroup_id = 0;  // inode of the cgroup directory (what the probe reports)
+    std::vector<OciDeviceCgroupRule> spec;  // cgroup v2: what the runtime's program enforces
+    // The last write that revoked devices here, as the probe saw it.
+    struct Revocation {
+      std::string writer;  // recognised name (bounded)
+      std::string detail;  // pid, comm, executable, rule: for the log line
+      Clock::time_point at{};
+    };
+    std::optional<Revocation> last_revocation;
+    // A repair whose log line waits (briefly) for the probe to say who revoked.
+    std::vector<WantedDevice> unlogged_grants;
+    Clock::time_point unlogged_trigger{};
+    EventSource log_timer;
+    std::map<std::string, Clock::time_point> denied_open_logged;  // device → last log
   };
 
   Status start();
@@ -87,6 +103,18 @@ class Daemon {
   void check_all(Clock::time_point trigger, const std::function<bool(const Watched&)>& which);
   void schedule_retry(Watched& w, Clock::duration delay, Clock::time_point trigger);
   void update_gauges();
+  // eBPF probe
+  void load_probe();
+  void on_probe();
+  void on_rule_write(const RuleWriteEvent& ev);
+  void on_denied_open(const DeniedOpenEvent& ev);
+  void on_cgroup_lifecycle(const CgroupLifecycleEvent& ev);
+  void on_device_program(const DeviceProgramEvent& ev);
+  bool v2() const { return node_ && node_->version() == CgroupVersion::kV2; }
+  void watch_in_probe(Watched& w);
+  Watched* container_by_cgroup_id(std::uint64_t id);
+  void log_grants(Watched& w);
+  std::vector<DeviceGrant> apply_grants(Watched& w, const std::vector<WantedDevice>& grantable, std::string& method);
   void arm_or_log(EventSource& timer, Clock::duration delay, const std::string& name);
 
   Config config_;
@@ -106,6 +134,16 @@ class Daemon {
   bool located_ = false;
   bool locate_error_logged_ = false;
   bool ready_ = false;
+
+  std::unique_ptr<Probe> probe_;
+  std::string probe_status_ = "off (probe.enabled: false)";
+  EventSource probe_source_;
+  std::set<std::uint32_t> probe_majors_;
+  std::set<std::string> probe_paths_;
+  std::map<std::uint64_t, std::string> dir_by_cgroup_id_;
+  // The hierarchy id cgroup_mkdir reports for the tree we watch (cgroup2 is 0).
+  std::optional<std::uint32_t> tree_hierarchy_id_;
+  EventSource program_query_timer_;
 
   std::optional<NvmlQuery> nvml_query_;
   EventSource nvml_io_;

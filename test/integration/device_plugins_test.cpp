@@ -23,14 +23,20 @@ std::unique_ptr<DevicePluginProber> prober_for(const std::string& dir, Duration 
   return prober.ok() ? std::move(*prober) : nullptr;
 }
 
-void start_quickly(DevicePluginProber& prober) {
+// Starts a round, asserting the caller got control back within `budget`. A socket's first
+// round also creates its channel (CPU work: about half a millisecond each, far more on a
+// loaded machine), later rounds only start calls: 5 ms is what "at once" means then.
+void start_within(DevicePluginProber& prober, std::chrono::microseconds budget) {
+  test::warm_up_grpc_client();
   const auto before = Clock::now();
   Status started = prober.start();
   const auto took = Clock::now() - before;
   ASSERT_TRUE(started.ok()) << started.error().message;
-  EXPECT_LT(took, 5ms) << "start() took " << std::chrono::duration_cast<std::chrono::microseconds>(took).count()
-                       << " us";
+  EXPECT_LT(took, budget) << "start() took " << std::chrono::duration_cast<std::chrono::microseconds>(took).count()
+                          << " us";
 }
+void start_quickly(DevicePluginProber& prober) { start_within(prober, 5ms); }
+void start_first_round(DevicePluginProber& prober) { start_within(prober, 50ms); }
 
 std::vector<DevicePluginProbe> wait_round(DevicePluginProber& prober, std::chrono::milliseconds timeout = 5s) {
   EXPECT_TRUE(test::wait_readable(prober.fd(), timeout)) << "no results within " << timeout.count() << " ms";
@@ -56,36 +62,45 @@ TEST(DevicePluginProber, ReportsEveryPluginSocketOnItsOwn) {
   dir.write("not-a-socket.sock", "");
   auto prober = prober_for(dir.path(), 300ms);
 
-  const auto before = Clock::now();
-  start_quickly(*prober);
-  EXPECT_FALSE(prober->take().has_value());
-  std::vector<DevicePluginProbe> results = wait_round(*prober);
-  const auto round = Clock::now() - before;
+  // The second round reuses the channels, hung connections included.
+  for (int round = 1; round <= 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const auto before = Clock::now();
+    if (round == 1) {
+      start_first_round(*prober);
+    } else {
+      start_quickly(*prober);
+    }
+    EXPECT_FALSE(prober->take().has_value());
+    std::vector<DevicePluginProbe> results = wait_round(*prober);
+    const auto took = Clock::now() - before;
 
-  ASSERT_EQ(sockets_of(results), (std::vector<std::string>{"dead.sock", "hung.sock", "nvidia-gpu.sock", "slow.sock"}));
-  const DevicePluginProbe& dead = results[0];
-  const DevicePluginProbe& silent = results[1];
-  const DevicePluginProbe& up = results[2];
-  const DevicePluginProbe& late = results[3];
+    ASSERT_EQ(sockets_of(results),
+              (std::vector<std::string>{"dead.sock", "hung.sock", "nvidia-gpu.sock", "slow.sock"}));
+    const DevicePluginProbe& dead = results[0];
+    const DevicePluginProbe& silent = results[1];
+    const DevicePluginProbe& up = results[2];
+    const DevicePluginProbe& late = results[3];
 
-  EXPECT_TRUE(up.up);
-  EXPECT_FALSE(up.error.has_value());
-  EXPECT_EQ(up.path, dir / "nvidia-gpu.sock");
-  EXPECT_GT(up.latency.count(), 0);
-  EXPECT_LT(up.latency, 300ms);
+    EXPECT_TRUE(up.up);
+    EXPECT_FALSE(up.error.has_value());
+    EXPECT_EQ(up.path, dir / "nvidia-gpu.sock");
+    EXPECT_GT(up.latency.count(), 0);
+    EXPECT_LT(up.latency, 300ms);
 
-  ASSERT_FALSE(late.up);
-  EXPECT_EQ(late.error->kind, CallErrorKind::kDeadlineExceeded) << late.error->message;
-  ASSERT_FALSE(silent.up);
-  EXPECT_EQ(silent.error->kind, CallErrorKind::kDeadlineExceeded) << silent.error->message;
-  EXPECT_GE(silent.latency, 290ms);
-  ASSERT_FALSE(dead.up);
-  EXPECT_EQ(dead.error->kind, CallErrorKind::kUnavailable) << dead.error->message;
-  EXPECT_NE(dead.error->message.find(dir / "dead.sock"), std::string::npos) << dead.error->message;
+    ASSERT_FALSE(late.up);
+    EXPECT_EQ(late.error->kind, CallErrorKind::kDeadlineExceeded) << late.error->message;
+    ASSERT_FALSE(silent.up);
+    EXPECT_EQ(silent.error->kind, CallErrorKind::kDeadlineExceeded) << silent.error->message;
+    EXPECT_GE(silent.latency, 290ms);
+    ASSERT_FALSE(dead.up);
+    EXPECT_EQ(dead.error->kind, CallErrorKind::kUnavailable) << dead.error->message;
+    EXPECT_NE(dead.error->message.find(dir / "dead.sock"), std::string::npos) << dead.error->message;
 
-  EXPECT_LT(round, 1500ms) << "the round waited for the slow plugin instead of the deadline";
+    EXPECT_LT(took, 1500ms) << "the round waited for the slow plugin instead of the deadline";
+  }
   EXPECT_EQ(kubelet.calls(), 0) << "kubelet.sock is kubelet's, not a plugin";
-  EXPECT_EQ(good.calls(), 1);
+  EXPECT_EQ(good.calls(), 2);
 }
 
 TEST(DevicePluginProber, CallsTheMethodPathPluginsServe) {
@@ -93,7 +108,7 @@ TEST(DevicePluginProber, CallsTheMethodPathPluginsServe) {
   test::MethodRecorder plugin(dir / "nvidia-gpu.sock");
   auto prober = prober_for(dir.path(), 2000ms);
 
-  start_quickly(*prober);
+  start_first_round(*prober);
   std::vector<DevicePluginProbe> results = wait_round(*prober);
 
   EXPECT_EQ(plugin.methods(), std::vector<std::string>{"/v1beta1.DevicePlugin/GetDevicePluginOptions"});
@@ -107,7 +122,7 @@ TEST(DevicePluginProber, RemovedSocketDisappearsFromTheNextRound) {
   auto rdma = std::make_unique<test::FakeDevicePlugin>(dir / "rdma.sock");
   auto prober = prober_for(dir.path(), 1000ms);
 
-  start_quickly(*prober);
+  start_first_round(*prober);
   EXPECT_EQ(sockets_of(wait_round(*prober)), (std::vector<std::string>{"nvidia-gpu.sock", "rdma.sock"}));
 
   rdma.reset();
@@ -123,7 +138,7 @@ TEST(DevicePluginProber, OneRoundAtATime) {
   test::FakeDevicePlugin slow(dir / "slow.sock", 200ms);
   auto prober = prober_for(dir.path(), 2000ms);
 
-  start_quickly(*prober);
+  start_first_round(*prober);
   EXPECT_TRUE(prober->busy());
   EXPECT_FALSE(prober->start().ok()) << "a second round started while one was running";
   ASSERT_EQ(wait_round(*prober).size(), 1u);
@@ -156,7 +171,7 @@ TEST(DevicePluginProber, DestroyingItWithProbesToHungPluginsReturnsPromptly) {
   test::SilentSocket hung_a(dir / "a.sock");
   test::SilentSocket hung_b(dir / "b.sock");
   auto prober = prober_for(dir.path(), 60000ms);
-  start_quickly(*prober);
+  start_first_round(*prober);
 
   const auto before = Clock::now();
   prober.reset();

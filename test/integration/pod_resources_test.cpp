@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "support/kubelet_grpc_fakes.h"
@@ -53,6 +54,7 @@ std::unique_ptr<PodResourcesClient> client_for(const std::string& socket, Durati
 
 // Starts a List, asserting the caller got control back within kStartBudget.
 void start_quickly(PodResourcesClient& client) {
+  test::warm_up_grpc_client();
   const auto before = Clock::now();
   Status started = client.start_list();
   const auto took = Clock::now() - before;
@@ -224,6 +226,32 @@ TEST(PodResourcesClient, StartsAtMostOneCallPerInterval) {
   ASSERT_TRUE(client->start_list(t0 + 10s).ok());
   ASSERT_TRUE(wait_outcome(*client).ok());
   EXPECT_EQ(kubelet.list_calls(), 2);
+}
+
+TEST(PodResourcesClient, ReachesKubeletAgainAfterItRestarted) {
+  test::TempDir dir("gdw-podres");
+  const std::string socket = dir / "kubelet.sock";
+  auto client = client_for(socket, 2000ms);
+  auto kubelet = std::make_unique<test::FakePodResources>(socket);
+  start_quickly(*client);
+  ASSERT_TRUE(wait_outcome(*client).ok());
+
+  kubelet.reset();
+  std::remove(socket.c_str());
+  start_quickly(*client);
+  PodResourcesOutcome down = wait_outcome(*client);
+  ASSERT_FALSE(down.ok());
+  EXPECT_EQ(down.error->kind, CallErrorKind::kSocketAbsent) << down.error->message;
+
+  kubelet = std::make_unique<test::FakePodResources>(socket);
+  kubelet->set_response(two_pods());
+  // The daemon calls every pod_resources_interval (10 s by default): a second is plenty for
+  // the channel's reconnect backoff.
+  std::this_thread::sleep_for(1100ms);
+  start_quickly(*client);
+  PodResourcesOutcome back = wait_outcome(*client);
+  ASSERT_TRUE(back.ok()) << back.error->message;
+  EXPECT_EQ(back.containers.size(), 3u);
 }
 
 TEST(PodResourcesClient, DestroyingItWithACallToAHungKubeletReturnsPromptly) {

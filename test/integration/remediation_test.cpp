@@ -149,8 +149,10 @@ TEST(UnitRestart, DBusErrorFromABusWithoutSystemdSurfaces) {
   if (test::run_command({"sh", "-c", "command -v dbus-daemon"}, 10s).exit_code != 0) {
     GTEST_SKIP() << "dbus-daemon is not installed (package dbus)";
   }
-  test::BackgroundProcess daemon({"dbus-daemon", "--config-file=" + config, "--nofork", "--nopidfile"});
-  ASSERT_TRUE(test::eventually([&] { return exists(socket); }, 10s)) << daemon.output();
+  // It prints its address once it accepts connections (the socket file appears earlier).
+  test::BackgroundProcess daemon(
+      {"dbus-daemon", "--config-file=" + config, "--nofork", "--nopidfile", "--print-address=1"});
+  ASSERT_TRUE(daemon.wait_for_output("unix:path=" + socket, 10s)) << daemon.output();
   Loop loop;
   RestartOutcome outcome;
 

@@ -23,6 +23,7 @@
 
 #include "runtime/oci_config.h"
 #include "support/cgroup_sandbox.h"
+#include "support/foreign_device_program.h"
 #include "support/runc_container.h"
 #include "support/sandbox_node.h"
 #include "support/temp_dir.h"
@@ -36,79 +37,6 @@ OciDeviceCgroupRule allow(DeviceType type, std::uint32_t major, std::uint32_t mi
   return {true, DeviceRule{type, major, minor, access}};
 }
 const OciDeviceCgroupRule kDenyAll{false, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}};
-
-// ---- A device program as another manager would build it -----------------------------
-// Raw instructions, the way runc generates its filter: the rules from last to first, the
-// first that matches returns its verdict, and no match denies.
-bpf_insn insn(std::uint8_t code, std::uint8_t dst, std::uint8_t src, std::int16_t off, std::int32_t imm) {
-  bpf_insn i{};
-  i.code = code;
-  i.dst_reg = dst & 0xf;
-  i.src_reg = src & 0xf;
-  i.off = off;
-  i.imm = imm;
-  return i;
-}
-
-std::vector<bpf_insn> assemble_device_filter(const std::vector<OciDeviceCgroupRule>& rules) {
-  enum { R0 = 0, R1 = 1, R2 = 2, R3 = 3, R4 = 4, R5 = 5 };
-  std::vector<bpf_insn> prog{
-      insn(BPF_LDX | BPF_MEM | BPF_W, R2, R1, 0, 0),  // r2 = ctx->access_type
-      insn(BPF_ALU64 | BPF_MOV | BPF_X, R3, R2, 0, 0),
-      insn(BPF_ALU64 | BPF_AND | BPF_K, R3, 0, 0, 0xffff),  // r3 = device type
-      insn(BPF_ALU64 | BPF_RSH | BPF_K, R2, 0, 0, 16),      // r2 = requested access
-      insn(BPF_LDX | BPF_MEM | BPF_W, R4, R1, 4, 0),        // r4 = major
-      insn(BPF_LDX | BPF_MEM | BPF_W, R5, R1, 8, 0),        // r5 = minor
-  };
-  for (auto it = rules.rbegin(); it != rules.rend(); ++it) {
-    const DeviceRule& r = it->rule;
-    std::vector<bpf_insn> block;
-    std::vector<std::size_t> skips;  // jumps to the end of this block
-    auto skip_unless_equal = [&](int reg, std::int32_t value) {
-      skips.push_back(block.size());
-      block.push_back(insn(BPF_JMP | BPF_JNE | BPF_K, reg, 0, 0, value));
-    };
-    if (r.type != DeviceType::kAll) skip_unless_equal(R3, r.type == DeviceType::kChar ? 2 : 1);
-    if (r.major != kAnyNumber) skip_unless_equal(R4, static_cast<std::int32_t>(r.major));
-    if (r.minor != kAnyNumber) skip_unless_equal(R5, static_cast<std::int32_t>(r.minor));
-    block.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_X, R0, R2, 0, 0));
-    block.push_back(insn(BPF_ALU64 | BPF_AND | BPF_K, R0, 0, 0, ~r.access & kAccessAll));
-    skip_unless_equal(R0, 0);
-    block.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_K, R0, 0, 0, it->allow ? 1 : 0));
-    block.push_back(insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
-    for (std::size_t at : skips) block[at].off = static_cast<std::int16_t>(block.size() - at - 1);
-    prog.insert(prog.end(), block.begin(), block.end());
-  }
-  prog.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_K, R0, 0, 0, 0));
-  prog.push_back(insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
-  return prog;
-}
-
-// A loaded program; the fd is closed at the end (an attached program stays attached).
-struct ForeignProgram {
-  int fd = -1;
-  std::uint32_t id = 0;
-  int load_errno = 0;
-  ForeignProgram() = default;
-  ForeignProgram(const std::string& name, const std::vector<OciDeviceCgroupRule>& rules) {
-    auto insns = assemble_device_filter(rules);
-    fd = bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, name.empty() ? nullptr : name.c_str(), "GPL", insns.data(),
-                       insns.size(), nullptr);
-    if (fd < 0) {
-      load_errno = errno;
-      return;
-    }
-    bpf_prog_info info{};
-    std::uint32_t len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) id = info.id;
-  }
-  ~ForeignProgram() {
-    if (fd >= 0) ::close(fd);
-  }
-  ForeignProgram(ForeignProgram&& o) noexcept : fd(o.fd), id(o.id), load_errno(o.load_errno) { o.fd = -1; }
-  ForeignProgram(const ForeignProgram&) = delete;
-  ForeignProgram& operator=(const ForeignProgram&) = delete;
-};
 
 std::string bpf_unavailable_reason() {
   ForeignProgram probe("", {kDenyAll});
@@ -344,9 +272,12 @@ TEST_F(DeviceProgramsV2, ProgramVerdictsMatchTheRuleSemanticsOnRandomRuleLists) 
     seed = seed * 1103515245u + 12345u;
     return (seed >> 16) % n;
   };
-  for (int round = 0; round < 12; ++round) {
-    std::vector<OciDeviceCgroupRule> rules;
-    const std::uint32_t length = 1 + next(8);
+  int allowed = 0, refused = 0;
+  for (int round = 0; round < 16; ++round) {
+    // A default first, as specs have (allow or deny everything), then exceptions.
+    std::vector<OciDeviceCgroupRule> rules{
+        {next(2) == 1, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}}};
+    const std::uint32_t length = 1 + next(6);
     for (std::uint32_t i = 0; i < length; ++i)
       rules.push_back({next(2) == 1, DeviceRule{types[next(3)], majors[next(4)], minors[next(4)],
                                                 static_cast<std::uint8_t>(1 + next(7))}});
@@ -355,10 +286,13 @@ TEST_F(DeviceProgramsV2, ProgramVerdictsMatchTheRuleSemanticsOnRandomRuleLists) 
     for (const auto& node : nodes)
       for (const auto& [flags, access] : modes) {
         const bool expected = oci_rules_allow(rules, node.dev, access);
+        ++(expected ? allowed : refused);
         EXPECT_EQ(!denied(node.name, flags), expected)
             << "round " << round << ", " << node.name << " with access " << format_access(access);
       }
   }
+  EXPECT_GT(allowed, 50) << "the rule lists must exercise both verdicts";
+  EXPECT_GT(refused, 50);
 }
 
 // How long a repair takes (load + attach + detach), for both paths; repeated repairs must

@@ -9,6 +9,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "kubeletapi/pod_resources.h"
+#include "support/temp_dir.h"
+
 namespace gdw::test {
 namespace {
 
@@ -136,6 +139,19 @@ SilentSocket::SilentSocket(const std::string& path) : fd_(bound_unix_socket(path
 SilentSocket::~SilentSocket() { ::close(fd_); }
 
 void make_stale_socket(const std::string& path) { ::close(bound_unix_socket(path)); }
+
+void warm_up_grpc_client() {
+  static const bool warmed = [] {
+    TempDir dir("gdw-grpc-warm-up");
+    const std::string socket = dir / "nobody.sock";
+    make_stale_socket(socket);
+    auto client = PodResourcesClient::create({socket, std::chrono::milliseconds(1000), std::chrono::milliseconds(0)});
+    if (!client.ok() || !(*client)->start_list().ok()) return false;
+    wait_readable((*client)->fd(), std::chrono::seconds(5));
+    return (*client)->take().has_value();
+  }();
+  if (!warmed) throw std::runtime_error("warming up the gRPC client failed");
+}
 
 bool wait_readable(int fd, std::chrono::milliseconds timeout) {
   pollfd p{fd, POLLIN, 0};

@@ -90,6 +90,12 @@ class SilentSocket {
 // connecting is refused.
 void make_stale_socket(const std::string& path);
 
+// Makes one failing client call (to a socket nobody listens on) the first time it is called
+// in a process. gRPC starts its client machinery (threads, completion queues) on the first
+// call of the process; the daemon pays that once at startup, and tests that time a call's
+// start should not count it.
+void warm_up_grpc_client();
+
 // Waits for `fd` to become readable; false after `timeout`.
 bool wait_readable(int fd, std::chrono::milliseconds timeout);
 // Whether `fd` is readable right now.

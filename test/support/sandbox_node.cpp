@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "kubelet/checkpoint.h"
+#include "support/foreign_device_program.h"
 
 namespace gdw::test {
 namespace {
@@ -48,7 +49,8 @@ std::string random_uuid() {
 
 SandboxNode::SandboxNode() : SandboxNode(Options{}) {}
 
-SandboxNode::SandboxNode(const Options& options) : options_(options), cgroups_("devices", options.tag) {
+SandboxNode::SandboxNode(const Options& options)
+    : options_(options), cgroups_(options.v2 ? "unified" : "devices", options.tag) {
   std::string devices = "Character devices:\n  1 mem\n  5 /dev/tty\n195 nvidia\n195 nvidiactl\n";
   if (options_.create_uvm_nodes) devices += std::to_string(kUvmMajor) + " nvidia-uvm\n";
   devices += std::to_string(kCapsMajor) + " nvidia-caps\n\nBlock devices:\n  7 loop\n";
@@ -87,6 +89,12 @@ std::string SandboxNode::kubepods_rel() const {
   return cgroups_.name() + (options_.systemd_naming ? "/kubepods.slice" : "/kubepods");
 }
 
+std::vector<OciDeviceCgroupRule> SandboxNode::spec_rules() {
+  std::vector<OciDeviceCgroupRule> rules{{false, DeviceRule{}}};
+  for (const auto& text : spec_allow_rules()) rules.push_back({true, *parse_device_rule(text)});
+  return rules;
+}
+
 std::vector<std::string> SandboxNode::spec_allow_rules() {
   // runc's default device list, in its order.
   return {"c *:* m", "b *:* m", "c 1:3 rwm", "c 1:8 rwm", "c 1:7 rwm", "c 5:0 rwm",
@@ -112,19 +120,30 @@ const SandboxContainer& SandboxNode::add_container(SandboxContainerSpec spec) {
                                        bundle_json(c));
   c.cgroup_dir = cgroups_.make(c.cgroup_rel);
   // Container creation as runc does it, then the NVIDIA hook's out-of-band grants.
-  reapply_spec(c.cgroup_rel);
+  std::vector<std::string> hook_rules;
   if (!c.spec.device_ids.empty()) {
     if (c.spec.hook_grants_gpu) {
       for (const auto& id : c.spec.device_ids) {
         for (int i = 0; i < options_.gpus; ++i)
-          if (id.rfind(gpu_uuid(i), 0) == 0) cgroups_.allow(c.cgroup_rel, "c 195:" + std::to_string(i) + " rw");
+          if (id.rfind(gpu_uuid(i), 0) == 0) hook_rules.push_back("c 195:" + std::to_string(i) + " rw");
       }
-      cgroups_.allow(c.cgroup_rel, "c 195:255 rw");
+      hook_rules.push_back("c 195:255 rw");
     }
     if (c.spec.hook_grants_uvm && options_.create_uvm_nodes) {
-      cgroups_.allow(c.cgroup_rel, "c " + std::to_string(kUvmMajor) + ":0 rw");
-      cgroups_.allow(c.cgroup_rel, "c " + std::to_string(kUvmMajor) + ":1 rw");
+      hook_rules.push_back("c " + std::to_string(kUvmMajor) + ":0 rw");
+      hook_rules.push_back("c " + std::to_string(kUvmMajor) + ":1 rw");
     }
+  }
+  if (options_.v2) {
+    // The runtime's program as the hook leaves it: the spec plus the GPU nodes.
+    auto rules = spec_rules();
+    for (const auto& text : hook_rules) rules.push_back({true, *parse_device_rule(text)});
+    ForeignProgram runtime("", rules);
+    if (runtime.fd < 0 || runtime.attach(c.cgroup_dir) != 0)
+      throw std::runtime_error("cannot attach the runtime's device program to " + c.cgroup_dir);
+  } else {
+    reapply_spec(c.cgroup_rel);
+    for (const auto& text : hook_rules) cgroups_.allow(c.cgroup_rel, text);
   }
   c.sleeper = cgroups_.add_sleeper(c.cgroup_rel);
   containers_.push_back(c);
@@ -139,6 +158,12 @@ void SandboxNode::remove_container(const SandboxContainer& c) {
 }
 
 void SandboxNode::reapply_spec(const std::string& cgroup_rel) {
+  if (options_.v2) {
+    ForeignProgram systemd("sd_devices", spec_rules());
+    if (systemd.fd < 0 || systemd.attach(cgroups_.path(cgroup_rel)) != 0)
+      throw std::runtime_error("cannot attach systemd's device program to " + cgroup_rel);
+    return;
+  }
   if (int err = cgroups_.deny(cgroup_rel, "a"); err != 0)
     throw std::runtime_error("deny a on " + cgroup_rel + " failed: " + std::to_string(err));
   for (const auto& rule : spec_allow_rules()) cgroups_.allow(cgroup_rel, rule);
@@ -207,6 +232,7 @@ void SandboxNode::write_checkpoint() {
 
 std::string SandboxNode::write_config(const std::string& extra) const {
   std::string yaml = "cgroup:\n  root: " + cgroups_.hierarchy_root().substr(0, cgroups_.hierarchy_root().rfind('/')) +
+                     (options_.v2 ? "\n  version: v2" : "\n  version: v1") +
                      "\n  kubepods: " + kubepods_rel() + "\nkubelet:\n  checkpoint: " + checkpoint_path() +
                      "\nruntime:\n  state_dirs: [" + state_dir() + "]\ndevices:\n  dev_root: " + dev_root() +
                      "\n  proc_root: " + proc_root() + "\n  nvml_library: /nonexistent/libnvidia-ml.so.1\n" + extra;

@@ -15,6 +15,7 @@
 
 #include "core/model.h"
 #include "runtime/cgroup_names.h"
+#include "runtime/oci_config.h"
 #include "support/cgroup_sandbox.h"
 #include "support/temp_dir.h"
 
@@ -56,12 +57,15 @@ class SandboxNode {
     bool systemd_naming = false;  // kubepods.slice/... and cri-containerd-<id>.scope
     bool create_uvm_nodes = true;
     std::string tag;
+    // cgroup v2 (the cgroup2 mount at /sys/fs/cgroup/unified): containers get a runtime's
+    // device program instead of v1 rules; re-applying attaches systemd's ANDed program.
+    bool v2 = false;
   };
   SandboxNode();
   explicit SandboxNode(const Options& options);
   ~SandboxNode();
 
-  static bool available() { return CgroupSandbox::available("devices"); }
+  static bool available(bool v2 = false) { return CgroupSandbox::available(v2 ? "unified" : "devices"); }
 
   const SandboxContainer& add_container(SandboxContainerSpec spec);
   // Kills the container's process and removes its cgroup and bundle (checkpoint untouched).
@@ -88,11 +92,15 @@ class SandboxNode {
   std::string write_config(const std::string& extra = "") const;
 
   // The revocation patterns, written to the real cgroup files the way the revokers do.
-  // Old runc / containerd-shim and systemd v1: deny `a`, then the spec's allows.
+  // v1 — old runc / containerd-shim and systemd v1: deny `a`, then the spec's allows.
+  // v2 — systemd after a daemon-reload: a new program allowing only the spec, ANDed with
+  // what is attached (seed 004).
   void reapply_spec(const SandboxContainer& c) { reapply_spec(c.cgroup_rel); }
   void reapply_spec(const std::string& cgroup_rel);
   // The devices the spec allows (runc's defaults), as rules.
   static std::vector<std::string> spec_allow_rules();
+  // The container's OCI device rules: deny all, then spec_allow_rules().
+  static std::vector<OciDeviceCgroupRule> spec_rules();
 
   // errno of an open() of /dev-root/<name> by a process inside the container's cgroup:
   // ENXIO = allowed (no driver), EPERM = denied.

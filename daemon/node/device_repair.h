@@ -1,0 +1,44 @@
+// Checking and repairing one container's device policy, shared by `check --repair` and the
+// daemon. cgroup v1: read devices.list, grant the difference to devices.allow. cgroup v2:
+// query the attached device programs, replace them with one allowing spec + desired.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/device_programs_v2.h"
+#include "backend/devices_v1.h"
+#include "core/config.h"
+#include "runtime/bundles.h"
+#include "core/desired_state.h"
+
+namespace gdw {
+
+struct DeviceCheck {
+  int read_err = 0;         // errno reading devices.list / querying programs (0 = read)
+  std::string parse_error;  // devices.list did not parse, or the query failed otherwise
+  std::vector<WantedDevice> missing;
+  bool ok() const { return read_err == 0 && parse_error.empty(); }
+};
+
+DeviceCheck check_v1(const std::string& cgroup_dir, const DesiredDevices& desired);
+
+struct DeviceGrant {
+  WantedDevice device;
+  int err = 0;        // 0 = written
+  std::string error;  // set when the failure is not one errno (a v2 program replacement)
+};
+// Writes one allow rule per missing device. Never `a`, never more than `missing`.
+std::vector<DeviceGrant> grant_v1(const std::string& cgroup_dir, const std::vector<WantedDevice>& missing);
+
+std::string describe_grant_error(int err);
+
+// cgroup v2. The spec a runtime enforces: the bundle's linux.resources.devices followed by
+// runc's built-in devices (minus nodes the spec itself creates).
+std::vector<OciDeviceCgroupRule> enforced_spec(const OciContainerInfo& spec, BuiltinDevices builtins);
+DeviceCheck check_v2(const std::string& cgroup_dir, const DesiredDevices& desired,
+                     const std::vector<OciDeviceCgroupRule>& spec);
+Result<V2Repair> repair_v2(const std::string& cgroup_dir, const std::vector<WantedDevice>& desired,
+                           const std::vector<OciDeviceCgroupRule>& spec);
+
+}  // namespace gdw

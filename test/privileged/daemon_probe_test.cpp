@@ -1,0 +1,142 @@
+// The daemon with its eBPF probe on the real kernel: repairs name who revoked, denied opens
+// inside GPU containers are counted, and a probe that cannot load degrades to inotify.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cerrno>
+#include <thread>
+
+#include "support/daemon_harness.h"
+
+namespace gdw::test {
+namespace {
+
+// Replays old runc's re-apply (deny `a`, then the spec's allows) from a child process that
+// calls itself `comm`, as a runtime binary of that name would.
+void revoke_as(SandboxNode& node, const SandboxContainer& c, const char* comm) {
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::prctl(PR_SET_NAME, comm);
+    int fd = ::open((c.cgroup_dir + "/devices.deny").c_str(), O_WRONLY);
+    if (fd < 0 || ::write(fd, "a", 1) != 1) _exit(1);
+    ::close(fd);
+    for (const auto& rule : SandboxNode::spec_allow_rules()) {
+      fd = ::open((c.cgroup_dir + "/devices.allow").c_str(), O_WRONLY);
+      if (fd < 0 || ::write(fd, rule.data(), rule.size()) < 0) _exit(1);
+      ::close(fd);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+class DaemonWithProbe : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
+    node_ = std::make_unique<SandboxNode>();
+    c_ = &node_->add_container({.pod_namespace = "ml", .pod_name = "trainer-0", .container_name = "trainer",
+                                .device_ids = {node_->gpu_uuid(0)}});
+    node_->write_checkpoint();
+    daemon_ = std::make_unique<DaemonHarness>(*node_);
+  }
+  void start(const std::string& extra = "") {
+    ASSERT_TRUE(daemon_->start(extra, /*probe=*/true)) << daemon_->output();
+    if (daemon_->metric("gpu_devwatch_probe_loaded") != 1)
+      GTEST_SKIP() << "the eBPF probe could not load here:\n" << daemon_->output();
+  }
+  std::unique_ptr<SandboxNode> node_;
+  const SandboxContainer* c_ = nullptr;
+  std::unique_ptr<DaemonHarness> daemon_;
+};
+
+TEST_F(DaemonWithProbe, TheRepairNamesTheWriter) {
+  start();
+  revoke_as(*node_, *c_, "runc");
+  EXPECT_TRUE(daemon_->eventually_errno(*c_, "nvidia0", ENXIO)) << daemon_->output();
+  EXPECT_TRUE(daemon_->process().wait_for_output("revoked by runc (pid")) << daemon_->output();
+  EXPECT_NE(daemon_->output().find("writer=runc"), std::string::npos) << daemon_->output();
+  EXPECT_GE(daemon_->metric("gpu_devwatch_revocations_total", {{"writer", "runc"}}), 1);
+}
+
+TEST_F(DaemonWithProbe, AnUnknownWriterIsOtherWithItsExecutable) {
+  start();
+  revoke_as(*node_, *c_, "fix-gpus.sh");
+  EXPECT_TRUE(daemon_->eventually_errno(*c_, "nvidia0", ENXIO)) << daemon_->output();
+  EXPECT_TRUE(daemon_->process().wait_for_output("revoked by other (pid")) << daemon_->output();
+  EXPECT_NE(daemon_->output().find("comm fix-gpus.sh"), std::string::npos) << daemon_->output();
+  EXPECT_GE(daemon_->metric("gpu_devwatch_revocations_total", {{"writer", "other"}}), 1);
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_revocations_total", {{"writer", "runc"}}), -1);
+}
+
+TEST_F(DaemonWithProbe, DeniedOpensInsideAGpuContainerAreCounted) {
+  start("mode: observe\n");  // leave it denied
+  node_->reapply_spec(*c_);
+  ASSERT_TRUE(eventually([&] { return daemon_->metric("gpu_devwatch_containers_missing_devices") == 1; }));
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia0"), EPERM);
+  EXPECT_TRUE(eventually([&] {
+    return daemon_->metric("gpu_devwatch_denied_opens_total",
+                           {{"namespace", "ml"}, {"pod", "trainer-0"}, {"container", "trainer"}, {"device", "nvidia0"}}) == 1;
+  })) << daemon_->output() << daemon_->metrics();
+  EXPECT_TRUE(daemon_->process().wait_for_output("denied (EPERM)")) << daemon_->output();
+  // Another denied device (a copy of /dev/null's numbers) is not a GPU open.
+  const std::string null_copy = node_->node_path("null-copy");
+  ASSERT_EQ(::mknod(null_copy.c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+  node_->cgroups().deny(c_->cgroup_rel, "c 1:3 rwm");
+  EXPECT_EQ(node_->cgroups().open_errno(c_->cgroup_rel, null_copy), EPERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_denied_opens_total"), 1) << daemon_->metrics();
+}
+
+TEST(DaemonWithoutProbe, WithoutBpfCapabilitiesItWarnsOnceAndKeepsWatching) {
+  if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
+  SandboxNode node;
+  const auto& c = node.add_container({.pod_namespace = "ml", .pod_name = "p", .container_name = "c",
+                                      .device_ids = {node.gpu_uuid(1)}});
+  node.write_checkpoint();
+  const int port = free_port();
+  const std::string config = node.write_config("metrics:\n  listen: 127.0.0.1:" + std::to_string(port) +
+                                               "\nprobe:\n  enabled: true\n");
+  // A daemon started without CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN: the probe cannot load.
+  // (Device cgroup writes need CAP_SYS_ADMIN too, so its grants are refused: what remains to
+  // prove is that it runs on, watching through inotify, and says why the probe is off.)
+  BackgroundProcess daemon({"setpriv", "--bounding-set=-bpf,-perfmon,-sys_admin", GDW_BINARY, "run", "--config", config});
+  ASSERT_TRUE(daemon.wait_for_output(" ready")) << daemon.output();
+  std::string metrics;
+  ASSERT_TRUE(eventually([&] { return !(metrics = http_get(port)).empty(); }));
+  EXPECT_EQ(metric_value(metrics, "gpu_devwatch_probe_loaded"), 0);
+  const std::string out = daemon.output();
+  const auto warning = out.find("eBPF probe not loaded, continuing on inotify alone");
+  ASSERT_NE(warning, std::string::npos) << out;
+  EXPECT_NE(out.find("CAP_BPF", warning), std::string::npos) << "the warning names the reason\n" << out;
+  EXPECT_EQ(out.find("eBPF probe not loaded", warning + 1), std::string::npos) << "warned once";
+
+  node.reapply_spec(c);
+  EXPECT_TRUE(eventually([&] {
+    return metric_value(http_get(port), "gpu_devwatch_drift_total", {{"device", "nvidia1"}}).value_or(0) >= 1;
+  })) << daemon.output();
+  EXPECT_TRUE(daemon.running());
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait(std::chrono::seconds(10)), 0);
+}
+
+TEST(DaemonWithoutProbe, AConfigKeyTurnsItOff) {
+  if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
+  SandboxNode node;
+  DaemonHarness daemon(node);
+  ASSERT_TRUE(daemon.start("", /*probe=*/false)) << daemon.output();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_probe_loaded"), 0);
+  EXPECT_EQ(daemon.output().find("eBPF probe not loaded"), std::string::npos) << "off by choice is not a warning";
+}
+
+}  // namespace
+}  // namespace gdw::test

@@ -1,0 +1,88 @@
+// cgroup v2 on the real kernel (the cgroup2 mount at /sys/fs/cgroup/unified): a container
+// whose runtime program allows the GPU (as the NVIDIA hook leaves it), then systemd's
+// program after a daemon-reload ANDed on top of it (seed 004: the GPU is denied). `check
+// --repair` and the daemon replace them with one program allowing spec + GPU; everything
+// the spec denies stays denied. Access is proven with open() from inside the cgroup.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cerrno>
+
+#include "backend/device_programs_v2.h"
+#include "support/daemon_harness.h"
+#include "support/foreign_device_program.h"
+
+namespace gdw::test {
+namespace {
+
+class V2Repair : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!SandboxNode::available(/*v2=*/true)) GTEST_SKIP() << "needs root and cgroup2 at /sys/fs/cgroup/unified";
+    ForeignProgram bpf_check("", SandboxNode::spec_rules());
+    if (bpf_check.fd < 0) GTEST_SKIP() << "cgroup device programs cannot be loaded here";
+    node_ = std::make_unique<SandboxNode>(SandboxNode::Options{.v2 = true});
+    c_ = &node_->add_container({.pod_namespace = "ml", .pod_name = "trainer-0", .container_name = "trainer",
+                                .device_ids = {node_->gpu_uuid(0)}});
+    node_->write_checkpoint();
+    // /dev/mem's numbers: a device the spec denies, which must stay denied.
+    ASSERT_EQ(::mknod(node_->node_path("mem").c_str(), S_IFCHR | 0600, makedev(1, 1)), 0);
+  }
+  std::unique_ptr<SandboxNode> node_;
+  const SandboxContainer* c_ = nullptr;
+};
+
+TEST_F(V2Repair, CheckFindsTheAndedProgramAndRepairKeepsTheSpec) {
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia0"), ENXIO);
+  node_->reapply_spec(*c_);  // systemd's program after a reload
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia0"), EPERM);
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia-uvm"), EPERM);
+  const std::string config = node_->write_config();
+
+  auto before = run_command({GDW_BINARY, "check", "--config", config});
+  EXPECT_EQ(before.exit_code, 1) << before.out << before.err;
+  EXPECT_NE(before.out.find("cgroup v2 device programs"), std::string::npos) << before.out;
+
+  auto repair = run_command({GDW_BINARY, "check", "--repair", "--config", config});
+  EXPECT_EQ(repair.exit_code, 0) << repair.out << repair.err;
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia0"), ENXIO);
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia-uvm"), ENXIO);
+  EXPECT_EQ(node_->open_errno(*c_, "nvidiactl"), ENXIO);
+  // What the spec denies stays denied; nothing beyond the allocation.
+  EXPECT_EQ(node_->open_errno(*c_, "mem"), EPERM);
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia1"), EPERM);
+  auto programs = query_device_programs(c_->cgroup_dir);
+  ASSERT_TRUE(programs.ok()) << programs.error().message;
+  ASSERT_EQ(programs->size(), 1u);
+  EXPECT_EQ((*programs)[0].owner, ProgramOwner::kOurs);
+
+  auto after = run_command({GDW_BINARY, "check", "--config", config});
+  EXPECT_EQ(after.exit_code, 0) << after.out << after.err;
+}
+
+TEST_F(V2Repair, TheDaemonRepairsOnTheProbesAttachEvent) {
+  DaemonHarness daemon(*node_);
+  // A long query interval: the repair must come from the probe's event, not the timer.
+  ASSERT_TRUE(daemon.start("daemon:\n  program_query_interval: 1h\n", /*probe=*/true)) << daemon.output();
+  if (daemon.metric("gpu_devwatch_probe_loaded") != 1) GTEST_SKIP() << "probe not loadable:\n" << daemon.output();
+  node_->reapply_spec(*c_);
+  EXPECT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
+  EXPECT_EQ(node_->open_errno(*c_, "mem"), EPERM);
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia1"), EPERM);
+  EXPECT_GE(daemon.metric("gpu_devwatch_regrants_total", {{"method", "bpf"}, {"result", "success"}}), 1);
+  EXPECT_GE(daemon.metric("gpu_devwatch_drift_total", {{"device", "nvidia0"}}), 1);
+  EXPECT_TRUE(daemon.process().wait_for_output("attaching device program")) << daemon.output();
+}
+
+TEST_F(V2Repair, WithoutTheProbeThePeriodicQueryRepairs) {
+  DaemonHarness daemon(*node_);
+  ASSERT_TRUE(daemon.start("daemon:\n  program_query_interval: 200ms\n", /*probe=*/false)) << daemon.output();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_containers_watched"), 1);
+  node_->reapply_spec(*c_);
+  EXPECT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
+  EXPECT_EQ(node_->open_errno(*c_, "mem"), EPERM);
+}
+
+}  // namespace
+}  // namespace gdw::test

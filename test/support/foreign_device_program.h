@@ -1,0 +1,30 @@
+// A cgroup v2 device program as another manager (runc, systemd) would build it: raw
+// instructions assembled here, independent of bpf/device_filter.bpf.c, so tests can stand
+// up "the runtime's program" and "systemd's program after a reload".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/oci_config.h"
+
+namespace gdw::test {
+
+// A loaded program; the fd is closed at the end (an attached program stays attached).
+struct ForeignProgram {
+  int fd = -1;
+  std::uint32_t id = 0;
+  int load_errno = 0;
+  ForeignProgram() = default;
+  // Rules in runc's semantics (last match wins, no match denies); `name` as bpftool shows it.
+  ForeignProgram(const std::string& name, const std::vector<OciDeviceCgroupRule>& rules);
+  ~ForeignProgram();
+  ForeignProgram(ForeignProgram&& o) noexcept : fd(o.fd), id(o.id), load_errno(o.load_errno) { o.fd = -1; }
+  ForeignProgram(const ForeignProgram&) = delete;
+  ForeignProgram& operator=(const ForeignProgram&) = delete;
+  // bpf_prog_attach with BPF_F_ALLOW_MULTI on a cgroup directory; returns errno (0 = ok).
+  int attach(const std::string& cgroup_dir) const;
+};
+
+}  // namespace gdw::test
