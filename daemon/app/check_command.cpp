@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,9 @@
 
 #include "node/config_file.h"
 #include "node/self_exe.h"
+#include "kubeletapi/device_plugins.h"
+#include "kubeletapi/pod_resources.h"
+#include "probe/probe.h"
 #include "node/node_model.h"
 #include "node/device_repair.h"
 
@@ -43,6 +47,60 @@ struct ContainerReport {
   }
 };
 
+// The node faults beside device drift: what PodResources said, whether the checkpoint
+// describes this host, whether the device plugins answer.
+struct NodeHealth {
+  std::string pod_resources;  // "" when not asked (kubelet.source: checkpoint)
+  bool pod_resources_ok = false;
+  StaleCheckpointReport stale;
+  std::vector<DevicePluginProbe> plugins;
+  std::string plugins_error;
+  bool needs_attention() const {
+    return stale.stale || std::any_of(plugins.begin(), plugins.end(), [](const auto& p) { return !p.up; });
+  }
+};
+
+// Waits for fd to become readable, at most `timeout` (one-shot commands only).
+void wait_readable(int fd, Duration timeout) {
+  pollfd p{fd, POLLIN, 0};
+  ::poll(&p, 1, static_cast<int>(timeout.count()) + 500);
+}
+
+NodeHealth gather_health(NodeModel& node, const Config& config) {
+  NodeHealth h;
+  if (config.kubelet.source != AllocationSource::kCheckpoint) {
+    auto client = PodResourcesClient::create(
+        {config.kubelet.pod_resources_socket, config.kubelet.pod_resources_timeout, Duration(0)});
+    if (!client) {
+      h.pod_resources = client.error().message;
+    } else if (auto s = (*client)->start_list(); !s) {
+      h.pod_resources = s.error().message;
+    } else {
+      wait_readable((*client)->fd(), config.kubelet.pod_resources_timeout);
+      if (auto out = (*client)->take(); !out) {
+        h.pod_resources = "no answer within " + format_duration(config.kubelet.pod_resources_timeout);
+      } else if (!out->ok()) {
+        h.pod_resources = to_string(out->error->kind) + ": " + out->error->message;
+      } else {
+        h.pod_resources_ok = true;
+        h.pod_resources = std::to_string(out->containers.size()) + " container(s) listed";
+        node.set_pod_resources(std::move(out->containers));
+      }
+    }
+  }
+  h.stale = node.stale_report();
+  auto prober = DevicePluginProber::create(config.kubelet.device_plugins_dir, config.kubelet.plugin_probe_timeout);
+  if (!prober) {
+    h.plugins_error = prober.error().message;
+  } else if (auto s = (*prober)->start(); !s) {
+    h.plugins_error = s.error().message;
+  } else {
+    wait_readable((*prober)->fd(), config.kubelet.plugin_probe_timeout);
+    if (auto round = (*prober)->take()) h.plugins = std::move(*round);
+  }
+  return h;
+}
+
 std::string who(const ContainerTarget& t) {
   if (!t.identity) return "pod " + t.cgroup.pod.pod_uid + " container " + t.cgroup.leaf.container_id.substr(0, 12);
   return t.identity->pod_namespace + "/" + t.identity->pod_name + "/" + t.identity->container_name;
@@ -66,6 +124,29 @@ std::string check_problem(const DeviceCheck& c) {
   return c.parse_error;
 }
 
+// Whether a gpu-devwatch daemon's eBPF probe is loaded on this node, in words.
+std::string probe_state() {
+  auto loaded = probe_loaded_on_node();
+  if (!loaded) return "unknown (" + loaded.error().message + ")";
+  return *loaded ? "loaded (a gpu-devwatch daemon attributes rule writes)" : "not loaded";
+}
+
+void print_health_text(const NodeModel& node, const NodeHealth& h) {
+  if (!h.pod_resources.empty())
+    fmt::print("podresources: {}{}\n", h.pod_resources, h.pod_resources_ok ? "" : " (allocations from the checkpoint alone)");
+  for (const auto& d : node.merged().disagreements) fmt::print("  disagreement: {}\n", describe(d));
+  fmt::print("checkpoint freshness: {}\n", h.stale.stale ? "STALE" : "ok");
+  for (const auto& r : h.stale.reasons) fmt::print("  {}\n", r);
+  if (!h.stale.unverifiable_ids.empty())
+    fmt::print("  {} device ID(s) cannot be verified here\n", h.stale.unverifiable_ids.size());
+  if (!h.plugins_error.empty()) fmt::print("device plugins: {}\n", h.plugins_error);
+  for (const auto& p : h.plugins) {
+    fmt::print("device plugin {}: {}", p.socket, p.up ? "answers" : "NOT ANSWERING");
+    if (p.up) fmt::print(" ({} µs)\n", p.latency.count());
+    else fmt::print(" ({})\n", p.error ? p.error->message : "");
+  }
+}
+
 void print_text(const NodeModel& node, const std::vector<ContainerReport>& reports,
                 const std::vector<ContainerTarget>& unidentified, std::size_t untouched, const std::string& nvml_note) {
   const auto& cp = node.checkpoint();
@@ -79,6 +160,7 @@ void print_text(const NodeModel& node, const std::vector<ContainerReport>& repor
     fmt::print("  entry {} ({}/{}): {}\n", e.index, e.pod_uid, e.container_name, e.message);
   fmt::print("inventory:  {} GPU(s), MIG mapping from {}{}\n", inv.gpus.size(), inv.mig_source, nvml_note);
   for (const auto& p : inv.problems) fmt::print("  {}\n", p);
+  fmt::print("eBPF probe: {}\n", probe_state());
   fmt::print("mode:       {}\n\n", to_string(node.config().mode));
 
   std::size_t w_who = 23, w_want = 14, w_miss = 7;
@@ -118,11 +200,18 @@ void print_text(const NodeModel& node, const std::vector<ContainerReport>& repor
 }
 
 void print_json(const NodeModel& node, const std::vector<ContainerReport>& reports,
-                const std::vector<ContainerTarget>& unidentified, std::size_t untouched, const std::string& nvml_note) {
+                const std::vector<ContainerTarget>& unidentified, std::size_t untouched, const std::string& nvml_note,
+                const NodeHealth& h) {
   const auto& cp = node.checkpoint();
   const auto& inv = node.inventory();
   json out;
   out["mode"] = to_string(node.config().mode);
+  if (auto loaded = probe_loaded_on_node(); loaded) {
+    out["probe_loaded"] = *loaded;
+  } else {
+    out["probe_loaded"] = nullptr;
+    out["probe_error"] = loaded.error().message;
+  }
   out["cgroup"] = {{"version", to_string(node.version())}, {"kubepods", node.kubepods().dir()}};
   json entry_errors = json::array();
   for (const auto& e : cp.checkpoint.entry_errors)
@@ -175,6 +264,23 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
                     {"container_id", t.cgroup.leaf.container_id}, {"reason", t.problem}});
   out["unidentified"] = unid;
   out["untouched_containers"] = untouched;
+  json disagreements = json::array();
+  for (const auto& d : node.merged().disagreements)
+    disagreements.push_back({{"kind", to_string(d.kind)}, {"namespace", d.pod_namespace}, {"pod", d.pod_name},
+                             {"container", d.container_name}, {"resource", d.resource},
+                             {"checkpoint", d.checkpoint_ids}, {"pod_resources", d.pod_resources_ids}});
+  out["pod_resources"] = {{"asked", !h.pod_resources.empty()}, {"ok", h.pod_resources_ok}, {"status", h.pod_resources},
+                          {"disagreements", disagreements}};
+  out["checkpoint"]["stale"] = h.stale.stale;
+  out["checkpoint"]["stale_reasons"] = h.stale.reasons;
+  out["checkpoint"]["unknown_ids"] = h.stale.unknown_ids;
+  out["checkpoint"]["unverifiable_ids"] = h.stale.unverifiable_ids;
+  json plugins = json::array();
+  for (const auto& p : h.plugins)
+    plugins.push_back({{"socket", p.socket}, {"up", p.up}, {"latency_us", p.latency.count()},
+                       {"error", p.error ? p.error->message : ""}});
+  out["device_plugins"] = plugins;
+  if (!h.plugins_error.empty()) out["device_plugins_error"] = h.plugins_error;
   fmt::print("{}\n", out.dump(2));
 }
 
@@ -210,6 +316,8 @@ int run_check(const CheckOptions& options) {
     }
   }
   node.bundles().refresh();
+  node.rebuild_allocations();
+  const NodeHealth health = gather_health(node, *config);
 
   std::vector<ContainerReport> reports;
   std::vector<ContainerTarget> unidentified;
@@ -255,11 +363,13 @@ int run_check(const CheckOptions& options) {
             [](const ContainerReport& a, const ContainerReport& b) { return who(a.target) < who(b.target); });
 
   if (options.json) {
-    print_json(node, reports, unidentified, untouched, nvml_note);
+    print_json(node, reports, unidentified, untouched, nvml_note, health);
   } else {
     print_text(node, reports, unidentified, untouched, nvml_note);
+    fmt::print("\n");
+    print_health_text(node, health);
   }
-  bool attention = !unidentified.empty() ||
+  bool attention = !unidentified.empty() || health.needs_attention() ||
                    std::any_of(reports.begin(), reports.end(), [](const ContainerReport& r) { return r.needs_attention(); });
   return attention ? 1 : 0;
 }

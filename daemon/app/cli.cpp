@@ -41,8 +41,15 @@ options:
                  refused in observe mode. Never grants more than the allocation, never
                  revokes, never touches containers without GPUs.
 
-exit status: 0 nothing missing, 1 something missing or a GPU pod's container could not be
-checked, 2 error (bad configuration, kubepods or checkpoint not readable).
+It also reports the node faults beside drift: what kubelet's PodResources API says and
+where it disagrees with the checkpoint, whether the checkpoint describes this host (boot id,
+GPU UUIDs after a reboot onto other hardware), and whether each registered device plugin
+answers GetDevicePluginOptions within kubelet.plugin_probe_timeout.
+
+exit status: 0 nothing missing and the node healthy; 1 something missing, a GPU pod's
+container could not be checked, the checkpoint is stale or a device plugin does not answer
+(PodResources disagreements are reported but do not change it); 2 error (bad
+configuration, kubepods or checkpoint not readable).
 )";
 
 constexpr const char* kVersionUsage = "usage: gpu-devwatch version\n\nprints the version and git revision.\n";

@@ -110,6 +110,62 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                        .Help("1 when the eBPF probe is loaded, 0 when the daemon runs on inotify alone.")
                        .Register(r)
                        .Add({});
+  pod_resources_calls_ = &BuildCounter()
+                              .Name("gpu_devwatch_pod_resources_calls_total")
+                              .Help("Calls to kubelet's PodResources List, by result (ok, socket-absent, deadline-exceeded, resource-exhausted, unavailable, other).")
+                              .Register(r);
+  pod_resources_up_ = &BuildGauge()
+                           .Name("gpu_devwatch_pod_resources_up")
+                           .Help("1 when the last PodResources List call succeeded.")
+                           .Register(r)
+                           .Add({});
+  pod_resources_latency_ = &BuildGauge()
+                                .Name("gpu_devwatch_pod_resources_latency_seconds")
+                                .Help("Duration of the last PodResources List call (until its answer or failure).")
+                                .Register(r)
+                                .Add({});
+  disagreements_ = &BuildGauge()
+                        .Name("gpu_devwatch_allocation_disagreements")
+                        .Help("Containers whose devices the checkpoint and the PodResources API report differently.")
+                        .Register(r)
+                        .Add({});
+  checkpoint_stale_ = &BuildGauge()
+                           .Name("gpu_devwatch_checkpoint_stale")
+                           .Help("1 when the kubelet checkpoint names devices this host does not have or another boot's BootID.")
+                           .Register(r)
+                           .Add({});
+  checkpoint_unknown_devices_ = &BuildGauge()
+                                     .Name("gpu_devwatch_checkpoint_unknown_devices")
+                                     .Help("Device IDs in the kubelet checkpoint that are not on this host.")
+                                     .Register(r)
+                                     .Add({});
+  remediations_ = &BuildCounter()
+                       .Name("gpu_devwatch_checkpoint_remediations_total")
+                       .Help("Stale checkpoints moved aside and kubelet restarted (kubelet.remediate_stale_checkpoint), by result.")
+                       .Register(r);
+  plugin_up_ = &BuildGauge()
+                    .Name("gpu_devwatch_device_plugin_up")
+                    .Help("1 when the device plugin on this socket answered GetDevicePluginOptions within the deadline.")
+                    .Register(r);
+  plugin_latency_ = &BuildGauge()
+                         .Name("gpu_devwatch_device_plugin_probe_latency_seconds")
+                         .Help("Duration of the last GetDevicePluginOptions probe of the plugin on this socket.")
+                         .Register(r);
+  checkpoint_last_write_ = &BuildGauge()
+                                .Name("gpu_devwatch_checkpoint_last_write_timestamp_seconds")
+                                .Help("When kubelet last wrote its device checkpoint (it does on every allocation).")
+                                .Register(r)
+                                .Add({});
+  newest_container_start_ = &BuildGauge()
+                                 .Name("gpu_devwatch_newest_container_start_timestamp_seconds")
+                                 .Help("When the newest running container's cgroup was created.")
+                                 .Register(r)
+                                 .Add({});
+  checkpoint_lag_ = &BuildGauge()
+                         .Name("gpu_devwatch_checkpoint_lag_seconds")
+                         .Help("How much older the newest allocation in the checkpoint is than the newest running container.")
+                         .Register(r)
+                         .Add({});
   revocations_ = &BuildCounter()
                       .Name("gpu_devwatch_revocations_total")
                       .Help("Writes that revoked a GPU container's devices, by recognised writer.")
@@ -188,6 +244,42 @@ void Metrics::inotify_overflow() { inotify_overflows_->Increment(); }
 void Metrics::config_reload(bool success) {
   config_reloads_->Add({{"result", success ? "success" : "error"}}).Increment();
 }
+void Metrics::pod_resources_call(const std::string& result, double latency_seconds) {
+  pod_resources_calls_->Add({{"result", result}}).Increment();
+  pod_resources_up_->Set(result == "ok" ? 1 : 0);
+  pod_resources_latency_->Set(latency_seconds);
+}
+void Metrics::set_allocation_disagreements(std::size_t n) { disagreements_->Set(static_cast<double>(n)); }
+void Metrics::set_checkpoint_stale(bool stale, std::size_t unknown_devices) {
+  checkpoint_stale_->Set(stale ? 1 : 0);
+  checkpoint_unknown_devices_->Set(static_cast<double>(unknown_devices));
+}
+void Metrics::checkpoint_remediation(bool success) {
+  remediations_->Add({{"result", success ? "success" : "error"}}).Increment();
+}
+void Metrics::set_device_plugin(const std::string& socket, bool up, double latency_seconds) {
+  plugin_up_->Add({{"socket", socket}}).Set(up ? 1 : 0);
+  plugin_latency_->Add({{"socket", socket}}).Set(latency_seconds);
+}
+void Metrics::forget_device_plugin(const std::string& socket) {
+  plugin_up_->Remove(&plugin_up_->Add({{"socket", socket}}));
+  plugin_latency_->Remove(&plugin_latency_->Add({{"socket", socket}}));
+}
+void Metrics::set_checkpoint_last_write(double unix_seconds) {
+  checkpoint_last_write_seconds_ = unix_seconds;
+  checkpoint_last_write_->Set(unix_seconds);
+  update_checkpoint_lag();
+}
+void Metrics::set_newest_container_start(double unix_seconds) {
+  newest_container_start_seconds_ = unix_seconds;
+  newest_container_start_->Set(unix_seconds);
+  update_checkpoint_lag();
+}
+void Metrics::update_checkpoint_lag() {
+  const double lag = newest_container_start_seconds_ - checkpoint_last_write_seconds_;
+  checkpoint_lag_->Set(checkpoint_last_write_seconds_ > 0 && lag > 0 ? lag : 0);
+}
+
 void Metrics::set_probe_loaded(bool loaded) { probe_loaded_->Set(loaded ? 1 : 0); }
 void Metrics::revocation(const std::string& writer) { revocations_->Add({{"writer", writer}}).Increment(); }
 void Metrics::denied_open(const ContainerLabels& c, const std::string& device) {

@@ -63,6 +63,16 @@ class Metrics {
   void inotify_overflow();
   void config_reload(bool success);
 
+  // Node health: PodResources, the checkpoint, device plugins
+  void pod_resources_call(const std::string& result, double latency_seconds);  // result: ok | <error kind>
+  void set_allocation_disagreements(std::size_t n);
+  void set_checkpoint_stale(bool stale, std::size_t unknown_devices);
+  void checkpoint_remediation(bool success);
+  void set_device_plugin(const std::string& socket, bool up, double latency_seconds);
+  void forget_device_plugin(const std::string& socket);
+  void set_checkpoint_last_write(double unix_seconds);
+  void set_newest_container_start(double unix_seconds);
+
   // eBPF probe
   void set_probe_loaded(bool loaded);
   void revocation(const std::string& writer);
@@ -93,6 +103,21 @@ class Metrics {
   prometheus::Counter* inotify_overflows_;
   prometheus::Family<prometheus::Counter>* config_reloads_;
   prometheus::Gauge* probe_loaded_;
+  prometheus::Family<prometheus::Counter>* pod_resources_calls_;
+  prometheus::Gauge* pod_resources_up_;
+  prometheus::Gauge* pod_resources_latency_;
+  prometheus::Gauge* disagreements_;
+  prometheus::Gauge* checkpoint_stale_;
+  prometheus::Gauge* checkpoint_unknown_devices_;
+  prometheus::Family<prometheus::Counter>* remediations_;
+  prometheus::Family<prometheus::Gauge>* plugin_up_;
+  prometheus::Family<prometheus::Gauge>* plugin_latency_;
+  prometheus::Gauge* checkpoint_last_write_;
+  prometheus::Gauge* newest_container_start_;
+  prometheus::Gauge* checkpoint_lag_;
+  double checkpoint_last_write_seconds_ = 0;
+  double newest_container_start_seconds_ = 0;
+  void update_checkpoint_lag();
   prometheus::Family<prometheus::Counter>* revocations_;
   prometheus::Family<prometheus::Counter>* denied_opens_;
   prometheus::Counter* ring_buffer_drops_;

@@ -32,7 +32,9 @@ Result<std::string> read_text_file(const std::string& path, std::size_t max_byte
   return text;
 }
 
-NodeModel::NodeModel(Config config) : config_(std::move(config)), bundles_(config_.runtime.state_dirs) {}
+NodeModel::NodeModel(Config config) : config_(std::move(config)), bundles_(config_.runtime.state_dirs) {
+  if (auto id = read_boot_id(config_.devices.proc_root)) boot_id_ = *id;
+}
 
 Status NodeModel::locate() {
   auto hierarchy = locate_hierarchy(config_.cgroup.root, config_.cgroup.version);
@@ -61,8 +63,30 @@ Status NodeModel::load_checkpoint() {
   return {};
 }
 
+void NodeModel::set_pod_resources(std::vector<PodResourcesContainer> containers) {
+  pod_resources_ = std::move(containers);
+  rebuild_allocations();
+}
+
 void NodeModel::rebuild_allocations() {
-  allocations_ = checkpoint_.used ? AllocationIndex(checkpoint_.checkpoint.entries, policy()) : AllocationIndex();
+  LivePods live;
+  for (const Bundle* b : bundles_.all()) {
+    const auto& info = b->info;
+    if (info.type != ContainerType::kContainer || info.pod_name.empty()) continue;
+    LivePod& pod = live[{info.pod_namespace, info.pod_name}];
+    pod.uid = info.pod_uid;
+    pod.containers.insert(info.container_name);
+  }
+  AllocationSources sources;
+  if (checkpoint_.used) sources.checkpoint = &checkpoint_.checkpoint.entries;
+  if (pod_resources_) sources.pod_resources = &*pod_resources_;
+  sources.live_pods = &live;
+  merged_ = merge_allocations(sources, config_.kubelet.source, config_.devices.resources);
+  allocations_ = AllocationIndex(merged_.entries, policy());
+}
+
+StaleCheckpointReport NodeModel::stale_report() const {
+  return detect_stale_checkpoint(checkpoint_.checkpoint, inventory_, boot_id_, config_.devices.resources);
 }
 
 void NodeModel::add_device_spec_nodes() {

@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "core/allocation_merge.h"
 #include "core/config.h"
 #include "core/desired_state.h"
 #include "kubelet/checkpoint.h"
 #include "node/container_target.h"
+#include "node/stale_checkpoint.h"
 #include "nvidia/inventory.h"
 #include "nvidia/nvml.h"
 #include "runtime/bundles.h"
@@ -43,6 +45,16 @@ class NodeModel {
   const CheckpointState& checkpoint() const { return checkpoint_; }
   const AllocationIndex& allocations() const { return allocations_; }
 
+  // The last good PodResources answer (kubelet.source auto or pod-resources).
+  void set_pod_resources(std::vector<PodResourcesContainer> containers);
+  bool has_pod_resources() const { return pod_resources_.has_value(); }
+  // Re-merges checkpoint and PodResources against the pods whose bundles exist now.
+  void rebuild_allocations();
+  const MergedAllocations& merged() const { return merged_; }
+
+  // Whether the checkpoint describes this host (boot id, device IDs present).
+  StaleCheckpointReport stale_report() const;
+
   // Reads /proc and /dev; merges the last NVML answer and devices.mig_map.
   void load_inventory();
   const Inventory& inventory() const { return inventory_; }
@@ -57,7 +69,6 @@ class NodeModel {
   ContainerTarget resolve(const DiscoveredContainer& cgroup);
 
  private:
-  void rebuild_allocations();
   void add_device_spec_nodes();
 
   Config config_;
@@ -65,6 +76,9 @@ class NodeModel {
   KubepodsLocation kubepods_;
   CheckpointState checkpoint_;
   AllocationIndex allocations_;
+  std::optional<std::vector<PodResourcesContainer>> pod_resources_;
+  MergedAllocations merged_;
+  std::optional<std::string> boot_id_;
   Inventory inventory_;
   std::optional<NvmlAnswer> nvml_;
   BundleIndex bundles_;

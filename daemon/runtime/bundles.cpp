@@ -77,6 +77,13 @@ void BundleIndex::refresh() {
   });
 }
 
+std::vector<const Bundle*> BundleIndex::all() const {
+  std::vector<const Bundle*> out;
+  out.reserve(bundles_.size());
+  for (const auto& [id, entry] : bundles_) out.push_back(&entry.bundle);
+  return out;
+}
+
 const Bundle* BundleIndex::find(const std::string& container_id) const {
   auto it = bundles_.find(container_id);
   return it == bundles_.end() ? nullptr : &it->second.bundle;

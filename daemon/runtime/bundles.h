@@ -37,6 +37,7 @@ class BundleIndex {
   const std::map<std::string, std::string>& problems() const { return problems_; }
   const std::vector<std::string>& state_dirs() const { return state_dirs_; }
   std::size_t size() const { return bundles_.size(); }
+  std::vector<const Bundle*> all() const;
 
  private:
   struct Stamp {

@@ -150,7 +150,7 @@ Status Daemon::start() {
   }
   if (config_.probe.enabled) load_probe();
   metrics_.set_probe_loaded(probe_ != nullptr);
-  node_ = std::make_unique<NodeModel>(config_);
+  start_node(config_);
   log::info("starting: mode " + to_string(config_.mode) + ", metrics on " +
             (config_.metrics.listen.empty() ? std::string("(off)") : config_.metrics.listen));
   full_resync("startup");
@@ -165,6 +165,14 @@ Status Daemon::start() {
 }
 
 void Daemon::stop(int code) { loop_->exit(code); }
+
+void Daemon::start_node(const Config& config) {
+  health_.reset();
+  node_ = std::make_unique<NodeModel>(config);
+  health_ = std::make_unique<NodeHealthMonitor>(config_, *loop_, metrics_, *node_, [this] { reresolve_all(); });
+  // Without these the daemon still repairs from the checkpoint: not fatal.
+  if (auto s = health_->start(); !s) log::error("node health checks (PodResources, device plugins) off: " + s.error().message);
+}
 
 void Daemon::reload_config() {
   auto fresh = load_config_file(config_path_);
@@ -196,7 +204,7 @@ void Daemon::reload_config() {
     load_probe();
   }
   metrics_.set_probe_loaded(probe_ != nullptr);
-  node_ = std::make_unique<NodeModel>(config_);
+  start_node(config_);
   located_ = false;
   metrics_.config_reload(true);
   log::info("SIGHUP: configuration reloaded, mode " + to_string(config_.mode));
@@ -272,6 +280,8 @@ void Daemon::full_resync(const std::string& reason) {
   node_->load_inventory();
   reload_checkpoint();
   node_->bundles().refresh();
+  node_->rebuild_allocations();  // PodResources entries map to pods through the bundles
+  health_->checkpoint_or_inventory_changed();
   maybe_query_nvml();
 
   watch_tree_dir(node_->kubepods().dir());
@@ -303,6 +313,10 @@ void Daemon::reload_checkpoint() {
   }
   const auto& cp = node_->checkpoint().checkpoint;
   metrics_.set_checkpoint_checksum_valid(cp.checksum_valid);
+  struct stat st{};
+  if (::stat(config_.kubelet.checkpoint.c_str(), &st) == 0)
+    metrics_.set_checkpoint_last_write(static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9);
+  health_->checkpoint_or_inventory_changed();
   if (!cp.checksum_valid) {
     log::warn("kubelet checkpoint checksum does not verify (stored " + std::to_string(cp.stored_checksum) +
               ", computed " + std::to_string(cp.computed_checksum) + "); its entries are " +
@@ -315,6 +329,7 @@ void Daemon::reload_checkpoint() {
 
 void Daemon::reload_inventory() {
   node_->load_inventory();
+  health_->checkpoint_or_inventory_changed();
   maybe_query_nvml();
 }
 
@@ -338,6 +353,7 @@ void Daemon::maybe_query_nvml() {
     } else if (auto answer = nvml_query_->finish(); answer) {
       log::info("NVML reported " + std::to_string(answer->migs.size()) + " MIG device(s)");
       node_->set_nvml_answer(std::move(*answer));
+      health_->checkpoint_or_inventory_changed();
       reresolve_all();
     } else {
       log::warn("NVML query failed: " + answer.error().message);
@@ -452,6 +468,18 @@ void Daemon::upsert_container(const DiscoveredContainer& cg) {
   auto [it, inserted] = containers_.try_emplace(
       cg.cgroup_dir, cg, RepairBudget(config_.repair.burst, config_.repair.max_per_minute));
   Watched& w = it->second;
+  if (inserted) {
+    // "Pods stuck before allocation": containers keep starting while the checkpoint (written
+    // at every allocation) does not move.
+    struct stat st{};
+    if (::stat(cg.cgroup_dir.c_str(), &st) == 0) {
+      const double started = static_cast<double>(st.st_ctim.tv_sec) + st.st_ctim.tv_nsec / 1e9;
+      if (started > newest_container_start_) {
+        newest_container_start_ = started;
+        metrics_.set_newest_container_start(started);
+      }
+    }
+  }
   apply_target(w, node_->resolve(cg));
   if (inserted && w.target.kind == TargetKind::kUnidentified && node_->allocations().pod_has_devices(cg.pod.pod_uid)) {
     schedule_retry(w, kIdentifyRetry[0], Clock::now());

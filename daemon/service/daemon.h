@@ -23,6 +23,7 @@
 #include "node/device_repair.h"
 #include "nvidia/nvml.h"
 #include "probe/probe.h"
+#include "service/node_health.h"
 #include "watch/event_loop.h"
 #include "watch/inotify.h"
 
@@ -80,6 +81,7 @@ class Daemon {
 
   Status start();
   void stop(int code);
+  void start_node(const Config& config);
   void reload_config();
 
   void full_resync(const std::string& reason);
@@ -120,6 +122,8 @@ class Daemon {
   Config config_;
   std::string config_path_;
   std::unique_ptr<NodeModel> node_;
+  std::unique_ptr<NodeHealthMonitor> health_;  // refers to node_: rebuilt with it
+  double newest_container_start_ = 0;
   std::unique_ptr<EventLoop> loop_;
   std::optional<Inotify> inotify_;
   Metrics metrics_;

@@ -61,6 +61,8 @@ class EventLoop {
 
   int run();
   void exit(int code);
+  // For libraries that attach to sd-event themselves (sd-bus calls).
+  sd_event* native() const { return event_; }
 
  private:
   EventLoop() = default;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kubelet/checkpoint.h"
+#include "support/kubelet_grpc_fakes.h"
 #include "support/process.h"
 #include "support/temp_dir.h"
 
@@ -233,6 +234,55 @@ TEST(CheckFixture, ErrorsExitTwoWithAClearMessage) {
   auto corrupt = run_command({GDW_BINARY, "check", "--config", node.config()});
   EXPECT_EQ(corrupt.exit_code, 2);
   EXPECT_NE(corrupt.err.find("kubelet checkpoint"), std::string::npos) << corrupt.err;
+}
+
+TEST(CheckFixture, NodeHealthVerdicts) {
+  FixtureNode node;
+  warm_up_grpc_client();
+  node.cgroup(kUid1, "crio-" + kCrioId + ".scope",
+              kRuncList + "c 195:0 rw\nc 195:1 rw\nc 195:255 rw\nc 239:0 rw\nc 239:1 rw\n");
+  node.crio_bundle(kCrioId, kUid1, "ml", "p", "trainer");
+  node.checkpoint({entry(kUid1, "trainer", "nvidia.com/gpu", {kGpu0})});
+  const std::string plugins = node.dir().mkdirs("plugins");
+  const std::string kubelet_extra = "  device_plugins_dir: " + plugins + "\n  pod_resources_socket: " +
+                                    node.dir() / "podres.sock" + "\n  plugin_probe_timeout: 300ms\n" +
+                                    "  pod_resources_timeout: 300ms\n";
+  {
+    FakeDevicePlugin good(plugins + "/nvidia-gpu.sock");
+    // kubelet's live view gives the container the other GPU: a disagreement (PodResources wins).
+    FakePodResources kubelet(node.dir() / "podres.sock");
+    v1::ListPodResourcesResponse listing;
+    auto* pod = listing.add_pod_resources();
+    pod->set_name("p");
+    pod->set_namespace_("ml");
+    auto* container = pod->add_containers();
+    container->set_name("trainer");
+    auto* devices = container->add_devices();
+    devices->set_resource_name("nvidia.com/gpu");
+    devices->add_device_ids("GPU-8a1e6b55-0d1c-4f4e-9b3e-3c0d5a2f7e41");
+    kubelet.set_response(listing);
+    auto healthy = run_command({GDW_BINARY, "check", "--config", node.config("", kubelet_extra)});
+    EXPECT_EQ(healthy.exit_code, 0) << healthy.out << healthy.err;
+    EXPECT_NE(healthy.out.find("device plugin nvidia-gpu.sock: answers"), std::string::npos) << healthy.out;
+    EXPECT_NE(healthy.out.find("checkpoint freshness: ok"), std::string::npos) << healthy.out;
+    EXPECT_NE(healthy.out.find("disagreement:"), std::string::npos) << "reported, exit code unchanged\n" << healthy.out;
+  }
+  {
+    SilentSocket hung(plugins + "/hung.sock");
+    auto r = run_command({GDW_BINARY, "check", "--json", "--config", node.config("", kubelet_extra)});
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    auto doc = json::parse(r.out);
+    ASSERT_EQ(doc["device_plugins"].size(), 1u) << r.out;
+    EXPECT_FALSE(doc["device_plugins"][0]["up"].get<bool>());
+    EXPECT_EQ(doc["pod_resources"]["ok"], false) << "no PodResources server now";
+  }
+  // A checkpoint naming a GPU this host does not have: stale.
+  node.checkpoint({entry(kUid1, "trainer", "nvidia.com/gpu", {kGpu0}),
+                   entry(kUid2, "gone", "nvidia.com/gpu", {"GPU-00000000-1111-4222-8333-444444444444"})});
+  auto stale = run_command({GDW_BINARY, "check", "--config", node.config("", kubelet_extra)});
+  EXPECT_EQ(stale.exit_code, 1) << stale.out << stale.err;
+  EXPECT_NE(stale.out.find("checkpoint freshness: STALE"), std::string::npos) << stale.out;
+  EXPECT_NE(stale.out.find("GPU-00000000-1111-4222-8333-444444444444"), std::string::npos) << stale.out;
 }
 
 TEST(Cli, EveryCommandHasHelpAndRejectsUnknownOptions) {

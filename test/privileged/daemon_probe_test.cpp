@@ -68,6 +68,14 @@ TEST_F(DaemonWithProbe, TheRepairNamesTheWriter) {
   EXPECT_GE(daemon_->metric("gpu_devwatch_revocations_total", {{"writer", "runc"}}), 1);
 }
 
+TEST_F(DaemonWithProbe, CheckSaysWhetherTheProbeIsLoaded) {
+  // While the daemon runs, check sees its probe. (Other test runs may share this kernel,
+  // so "not loaded" cannot be asserted reliably here.)
+  start();
+  auto r = run_command({GDW_BINARY, "check", "--config", daemon_->config_path()});
+  EXPECT_NE(r.out.find("eBPF probe: loaded"), std::string::npos) << r.out;
+}
+
 TEST_F(DaemonWithProbe, AnUnknownWriterIsOtherWithItsExecutable) {
   start();
   revoke_as(*node_, *c_, "fix-gpus.sh");

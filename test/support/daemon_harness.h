@@ -18,7 +18,7 @@ class DaemonHarness {
 
   // Writes a config (metrics on a free loopback port, probe off unless `extra` says so,
   // debug logs) and starts `gpu-devwatch run`; waits for "ready".
-  bool start(const std::string& extra = "", bool probe = false);
+  bool start(const std::string& extra = "", bool probe = false, const std::string& kubelet_extra = "");
   // SIGTERM and wait; returns the exit code.
   int stop();
 

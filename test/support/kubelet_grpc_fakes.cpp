@@ -1,6 +1,7 @@
 #include "support/kubelet_grpc_fakes.h"
 
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -151,6 +152,21 @@ void warm_up_grpc_client() {
     return (*client)->take().has_value();
   }();
   if (!warmed) throw std::runtime_error("warming up the gRPC client failed");
+}
+
+::testing::AssertionResult returns_at_once(const std::function<void()>& start) {
+  rusage before_usage{}, after_usage{};
+  ::getrusage(RUSAGE_THREAD, &before_usage);
+  const auto before = std::chrono::steady_clock::now();
+  start();
+  const auto took =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - before);
+  ::getrusage(RUSAGE_THREAD, &after_usage);
+  const long switches = (after_usage.ru_nivcsw - before_usage.ru_nivcsw) + (after_usage.ru_nvcsw - before_usage.ru_nvcsw);
+  const auto budget = switches > 0 ? std::chrono::milliseconds(50) : std::chrono::milliseconds(5);
+  if (took < budget) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "the caller waited " << took.count() << " us (budget " << budget.count()
+                                       << " ms, " << switches << " context switches)";
 }
 
 bool wait_readable(int fd, std::chrono::milliseconds timeout) {

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -95,6 +97,14 @@ void make_stale_socket(const std::string& path);
 // call of the process; the daemon pays that once at startup, and tests that time a call's
 // start should not count it.
 void warm_up_grpc_client();
+
+// Runs `start` (a call that must not wait for any server) and judges how long the caller
+// waited: under 5 ms. When the calling thread was switched out meanwhile (preempted, or
+// briefly waiting for a gRPC-internal lock whose holder was preempted: ctest -j on a
+// loaded 2-core machine), the wall time says more about the machine than the code, and
+// 50 ms is allowed: still far below every deadline (200 ms and more) and server delay in
+// these tests, so a start that waited for a server fails either way.
+::testing::AssertionResult returns_at_once(const std::function<void()>& start);
 
 // Waits for `fd` to become readable; false after `timeout`.
 bool wait_readable(int fd, std::chrono::milliseconds timeout);

@@ -73,6 +73,7 @@ SandboxNode::SandboxNode(const Options& options)
   }
   files_.mkdirs("run/containerd/io.containerd.runtime.v2.task/k8s.io");
   files_.mkdirs("kubelet/device-plugins");
+  files_.mkdirs("kubelet/pod-resources");
   cgroups_.make(options_.systemd_naming ? "kubepods.slice" : "kubepods");
   write_checkpoint();
 }
@@ -220,7 +221,8 @@ void SandboxNode::write_checkpoint() {
     e.alloc_resp.devices = spec.device_specs;
     entries.push_back(std::move(e));
   };
-  for (const auto& c : containers_) add(c.spec);
+  for (const auto& c : containers_)
+    if (c.spec.in_checkpoint) add(c.spec);
   for (const auto& spec : external_allocations_) add(spec);
   std::map<std::string, std::vector<std::string>> registered;
   for (int i = 0; i < options_.gpus; ++i) registered["nvidia.com/gpu"].push_back(gpu_uuid(i));
@@ -230,11 +232,13 @@ void SandboxNode::write_checkpoint() {
   if (::rename(tmp.c_str(), checkpoint_path().c_str()) != 0) throw std::runtime_error("rename checkpoint failed");
 }
 
-std::string SandboxNode::write_config(const std::string& extra) const {
+std::string SandboxNode::write_config(const std::string& extra, const std::string& kubelet_extra) const {
   std::string yaml = "cgroup:\n  root: " + cgroups_.hierarchy_root().substr(0, cgroups_.hierarchy_root().rfind('/')) +
                      (options_.v2 ? "\n  version: v2" : "\n  version: v1") +
-                     "\n  kubepods: " + kubepods_rel() + "\nkubelet:\n  checkpoint: " + checkpoint_path() +
-                     "\nruntime:\n  state_dirs: [" + state_dir() + "]\ndevices:\n  dev_root: " + dev_root() +
+                     "\n  kubepods: " + kubepods_rel() + "\nkubelet:\n  checkpoint: " + checkpoint_path() + "\n  device_plugins_dir: " +
+                     files_.path() + "/kubelet/device-plugins\n  pod_resources_socket: " + pod_resources_socket() +
+                     "\n" + kubelet_extra +
+                     "runtime:\n  state_dirs: [" + state_dir() + "]\ndevices:\n  dev_root: " + dev_root() +
                      "\n  proc_root: " + proc_root() + "\n  nvml_library: /nonexistent/libnvidia-ml.so.1\n" + extra;
   return files_.write("gpu-devwatch.yaml", yaml);
 }

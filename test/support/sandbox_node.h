@@ -40,6 +40,7 @@ struct SandboxContainerSpec {
   bool hook_grants_gpu = true;
   bool hook_grants_uvm = true;
   std::string pod_uid;  // generated when empty; set to put a second container in a pod
+  bool in_checkpoint = true;  // false: kubelet's checkpoint does not record it
 };
 
 struct SandboxContainer {
@@ -82,14 +83,17 @@ class SandboxNode {
   const std::string& dev_root() const { return dev_.path(); }
   std::string proc_root() const { return files_.path() + "/proc"; }
   std::string checkpoint_path() const { return files_.path() + "/kubelet/device-plugins/kubelet_internal_checkpoint"; }
+  std::string device_plugins_dir() const { return files_.path() + "/kubelet/device-plugins"; }
+  std::string pod_resources_socket() const { return files_.path() + "/kubelet/pod-resources/kubelet.sock"; }
   std::string state_dir() const { return files_.path() + "/run/containerd/io.containerd.runtime.v2.task/k8s.io"; }
   std::string kubepods_rel() const;  // relative to the devices hierarchy root
   CgroupSandbox& cgroups() { return cgroups_; }
   const std::list<SandboxContainer>& containers() const { return containers_; }
 
   // A config file for the daemon/check pointing at this sandbox; `extra` is appended YAML
-  // (top-level keys not otherwise set here: mode, metrics, daemon, repair, probe, log).
-  std::string write_config(const std::string& extra = "") const;
+  // (top-level keys not otherwise set here: mode, metrics, daemon, repair, probe, log);
+  // `kubelet_extra` continues the kubelet: section ("  source: auto\n").
+  std::string write_config(const std::string& extra = "", const std::string& kubelet_extra = "") const;
 
   // The revocation patterns, written to the real cgroup files the way the revokers do.
   // v1 — old runc / containerd-shim and systemd v1: deny `a`, then the spec's allows.
