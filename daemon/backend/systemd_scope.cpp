@@ -295,7 +295,8 @@ int SdBusSystemdClient::on_match_installed(sd_bus_message* reply, void* userdata
     // A connection lost before the answer: the reconnect subscribes again.
     if (sd_bus_is_open(sd_bus_message_get_bus(reply)) <= 0) return 0;
     log::warn("subscribing to Manager.Reloading on " + self->where() + ": " +
-              bus_error_text(sd_bus_message_get_error(reply)) + " (daemon-reloads are noticed by the periodic scan only)");
+              bus_error_text(sd_bus_message_get_error(reply)) +
+              " (daemon-reloads are noticed by the periodic scan only)");
     return 0;
   }
   if (self->announce_after_install_ && self->reloading_handler_) {
@@ -335,8 +336,8 @@ int SdBusSystemdClient::on_reconnect(sd_event_source* source, std::uint64_t, voi
   auto* self = static_cast<SdBusSystemdClient*>(userdata);
   if (!self->bus_broken_ && self->bus_ != nullptr) return 0;  // a call reconnected meanwhile
   if (auto ready = self->ensure_bus(); !ready) {
-    if (!self->reconnect_failing_) log::warn(ready.error().message + " (retrying every " +
-                                             std::to_string(self->timeout_.count()) + " ms)");
+    if (!self->reconnect_failing_)
+      log::warn(ready.error().message + " (retrying every " + std::to_string(self->timeout_.count()) + " ms)");
     self->reconnect_failing_ = true;
     sd_event_source_set_time_relative(source, to_usec(self->timeout_));
     sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);

@@ -40,7 +40,7 @@ class SystemdClient {
   // to the unit's list in a runtime drop-in and re-applies the unit's device policy. `done`
   // is called exactly once, from the loop (never inside this call; it may destroy the
   // client), with the outcome: a D-Bus error or the deadline as an Error. An Error returned
-  // here means the call was not started and `done` is never called; so does an empty entry
+  // here means the call was not started and `done` is never called: so for an empty entry
   // list, because an empty DeviceAllow= would reset the unit's whole list. Destroying the
   // client abandons calls still waiting, without calling their `done`.
   virtual Status add_device_allow(const std::string& unit, const std::vector<WantedDevice>& devices,

@@ -117,13 +117,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   pod_resources_up_ = &BuildGauge()
                            .Name("gpu_devwatch_pod_resources_up")
                            .Help("1 when the last PodResources List call succeeded.")
-                           .Register(r)
-                           .Add({});
+                           .Register(r);
   pod_resources_latency_ = &BuildGauge()
                                 .Name("gpu_devwatch_pod_resources_latency_seconds")
                                 .Help("Duration of the last PodResources List call (until its answer or failure).")
-                                .Register(r)
-                                .Add({});
+                                .Register(r);
   disagreements_ = &BuildGauge()
                         .Name("gpu_devwatch_allocation_disagreements")
                         .Help("Containers whose devices the checkpoint and the PodResources API report differently.")
@@ -246,8 +244,8 @@ void Metrics::config_reload(bool success) {
 }
 void Metrics::pod_resources_call(const std::string& result, double latency_seconds) {
   pod_resources_calls_->Add({{"result", result}}).Increment();
-  pod_resources_up_->Set(result == "ok" ? 1 : 0);
-  pod_resources_latency_->Set(latency_seconds);
+  pod_resources_up_->Add({}).Set(result == "ok" ? 1 : 0);
+  pod_resources_latency_->Add({}).Set(latency_seconds);
 }
 void Metrics::set_allocation_disagreements(std::size_t n) { disagreements_->Set(static_cast<double>(n)); }
 void Metrics::set_checkpoint_stale(bool stale, std::size_t unknown_devices) {

@@ -104,8 +104,9 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* config_reloads_;
   prometheus::Gauge* probe_loaded_;
   prometheus::Family<prometheus::Counter>* pod_resources_calls_;
-  prometheus::Gauge* pod_resources_up_;
-  prometheus::Gauge* pod_resources_latency_;
+  // Created at the first call: a node that never asks PodResources exports neither.
+  prometheus::Family<prometheus::Gauge>* pod_resources_up_;
+  prometheus::Family<prometheus::Gauge>* pod_resources_latency_;
   prometheus::Gauge* disagreements_;
   prometheus::Gauge* checkpoint_stale_;
   prometheus::Gauge* checkpoint_unknown_devices_;

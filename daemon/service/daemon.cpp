@@ -1,25 +1,22 @@
 #include "service/daemon.h"
+#include "service/daemon_internal.h"
 
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/inotify.h>
-#include <systemd/sd-daemon.h>
-
 #include <sys/stat.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <cerrno>
 #include <cstring>
-#include <type_traits>
-#include <variant>
+#include <fstream>
+#include <sstream>
 
+#include "log/log.h"
 #include "node/config_file.h"
 #include "node/self_exe.h"
-#include "core/writer_name.h"
-#include "log/log.h"
 
 namespace gdw {
 namespace {
@@ -35,12 +32,8 @@ constexpr Clock::duration kIdentifyRetry[] = {std::chrono::milliseconds(10), std
                                               std::chrono::milliseconds(1000), std::chrono::milliseconds(5000)};
 // A NVML query that timed out is not retried for a while: a hung driver stays hung.
 constexpr Clock::duration kNvmlRetryAfterFailure = std::chrono::minutes(5);
-// A revocation the probe saw at most this long before a repair's trigger caused it.
-constexpr Clock::duration kAttributionWindow = std::chrono::seconds(1);
 // How long a repair's log line waits for the probe's record of the revoking write.
 constexpr Clock::duration kAttributionWait = std::chrono::milliseconds(20);
-// Denied opens of one device in one container are logged at most this often.
-constexpr Clock::duration kDeniedOpenLogInterval = std::chrono::minutes(1);
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -49,26 +42,7 @@ double seconds_since(Clock::time_point t) {
 std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 std::string dir_name(const std::string& path) { return path.substr(0, path.rfind('/')); }
 
-std::string device_names(const std::vector<WantedDevice>& devices) {
-  std::string s;
-  for (const auto& d : devices) s += (s.empty() ? "" : ",") + d.name;
-  return s;
-}
-
-std::string grant_rules_text(const std::vector<WantedDevice>& devices) {
-  std::string s;
-  for (const auto& r : grant_rules(devices)) s += (s.empty() ? "" : "; ") + format_device_rule(r);
-  return s;
-}
-
-log::Fields fields_of(const ContainerLabels& l, const std::string& cgroup) {
-  log::Fields f;
-  f.pod_namespace = l.pod_namespace;
-  f.pod = l.pod;
-  f.container = l.container;
-  f.cgroup = cgroup;
-  return f;
-}
+using namespace daemon_internal;
 
 }  // namespace
 
@@ -762,158 +736,6 @@ void Daemon::log_grants(Watched& w) {
   log::info(message, f);
   w.unlogged_grants.clear();
   w.unlogged_trigger = {};
-}
-
-void Daemon::load_probe() {
-  auto probe = Probe::load();
-  if (!probe) {
-    probe_status_ = "off: " + probe.error().message;
-    log::warn("eBPF probe not loaded, continuing on inotify alone: " + probe.error().message);
-    return;
-  }
-  // Higher priority than inotify: the record of a revoking write is read before the repair
-  // it triggers, so the repair's log line can name the writer.
-  auto src = loop_->add_io((*probe)->fd(), EPOLLIN, [this](std::uint32_t) { on_probe(); }, "probe", -20);
-  if (!src) {
-    probe_status_ = "off: " + src.error().message;
-    log::warn("eBPF probe not loaded: " + src.error().message);
-    return;
-  }
-  probe_ = std::move(*probe);
-  probe_source_ = std::move(*src);
-  probe_majors_.clear();
-  probe_paths_.clear();
-  probe_status_ = "loaded";
-  log::info("eBPF probe loaded: attributing rule writes, reporting denied opens");
-}
-
-void Daemon::watch_in_probe(Watched& w) {
-  if (!probe_) return;
-  if (w.cgroup_id) {
-    if (auto s = probe_->watch_cgroup(w.cgroup_id); !s) log::warn("probe: " + s.error().message);
-  }
-  for (const auto& d : w.target.desired.wanted) {
-    if (probe_majors_.insert(d.dev.major).second) (void)probe_->watch_major(d.dev.major);
-    // The node's path inside containers (/dev/<name>) and on this host (dev_root).
-    for (const std::string& path : {"/dev/" + d.name, config_.devices.dev_root + "/" + d.name}) {
-      if (probe_paths_.insert(path).second) (void)probe_->watch_device_node(path, d.dev.major, d.dev.minor);
-    }
-  }
-}
-
-Daemon::Watched* Daemon::container_by_cgroup_id(std::uint64_t id) {
-  auto dir = dir_by_cgroup_id_.find(id);
-  if (dir == dir_by_cgroup_id_.end()) return nullptr;
-  auto it = containers_.find(dir->second);
-  return it == containers_.end() ? nullptr : &it->second;
-}
-
-void Daemon::on_probe() {
-  auto n = probe_->consume([this](const ProbeEvent& ev) {
-    std::visit(
-        [this](const auto& e) {
-          using T = std::decay_t<decltype(e)>;
-          if constexpr (std::is_same_v<T, RuleWriteEvent>) {
-            on_rule_write(e);
-          } else if constexpr (std::is_same_v<T, DeniedOpenEvent>) {
-            on_denied_open(e);
-          } else if constexpr (std::is_same_v<T, CgroupLifecycleEvent>) {
-            on_cgroup_lifecycle(e);
-          } else if constexpr (std::is_same_v<T, DeviceProgramEvent>) {
-            on_device_program(e);
-          }
-        },
-        ev);
-  });
-  if (!n) {
-    metrics_.event_loop_error("probe");
-    log::error("reading probe events: " + n.error().message);
-  }
-  metrics_.set_ring_buffer_drops(probe_->stats().ring_buffer_drops);
-}
-
-void Daemon::on_rule_write(const RuleWriteEvent& ev) {
-  Watched* w = container_by_cgroup_id(ev.target_cgroup_id);
-  if (!w || w->target.kind != TargetKind::kGpu || !ev.deny || ev.result < 0) return;
-  if (ev.writer.pid == ::getpid()) return;
-  auto rule = parse_device_rule(ev.rule);
-  if (!rule) return;
-  // It revokes when it matches a wanted device and takes away some of the access it needs.
-  const bool revoking = std::any_of(w->target.desired.wanted.begin(), w->target.desired.wanted.end(),
-                                    [&](const WantedDevice& d) {
-                                      if (rule->type == DeviceType::kAll) return true;
-                                      const DeviceRule numbers{rule->type, rule->major, rule->minor, kAccessAll};
-                                      return rule_covers(numbers, d.dev, kAccessAll) && (rule->access & d.access) != 0;
-                                    });
-  if (!revoking) return;
-  char exe[4096];
-  ssize_t len = ::readlink(("/proc/" + std::to_string(ev.writer.pid) + "/exe").c_str(), exe, sizeof exe - 1);
-  WriterIdentity who{ev.writer.comm, ev.writer.parent_comm, len > 0 ? std::string(exe, static_cast<std::size_t>(len)) : "",
-                     ev.writer.pid};
-  Watched::Revocation r;
-  r.writer = recognise_writer(who);
-  r.detail = r.writer + " (pid " + std::to_string(ev.writer.pid) + ", comm " + ev.writer.comm +
-             (who.exe.empty() ? "" : ", " + who.exe) + ", parent " + ev.writer.parent_comm + ") writing '" + ev.rule +
-             "' to devices.deny";
-  r.at = Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ev.ktime_ns)));
-  w->last_revocation = std::move(r);
-  metrics_.revocation(w->last_revocation->writer);
-  if (!w->unlogged_grants.empty()) log_grants(*w);
-}
-
-void Daemon::on_denied_open(const DeniedOpenEvent& ev) {
-  Watched* w = container_by_cgroup_id(ev.opener.devices_cgroup_id);
-  if (!w) w = container_by_cgroup_id(ev.opener.cgroup_id);
-  if (!w || w->target.kind != TargetKind::kGpu) return;
-  std::string device = "other";
-  for (const auto& d : w->target.desired.wanted)
-    if (d.dev.major == ev.major && d.dev.minor == ev.minor) device = d.name;
-  metrics_.denied_open(w->labels, device);
-  const auto now = Clock::now();
-  auto& last = w->denied_open_logged[device];
-  if (last != Clock::time_point{} && now - last < kDeniedOpenLogInterval) return;
-  last = now;
-  log::Fields f = fields_of(w->labels, w->cgroup.cgroup_dir);
-  f.device = device;
-  log::warn("open(" + ev.path + ") of c " + std::to_string(ev.major) + ":" + std::to_string(ev.minor) +
-                " denied (EPERM) for pid " + std::to_string(ev.opener.pid) + " (" + ev.opener.comm + ")",
-            f);
-}
-
-void Daemon::on_device_program(const DeviceProgramEvent& ev) {
-  if (!v2() || ev.caller.pid == ::getpid() || ev.result < 0) return;
-  Watched* w = container_by_cgroup_id(ev.target_cgroup_id);
-  if (!w || w->target.kind != TargetKind::kGpu) return;
-  using Command = DeviceProgramEvent::Command;
-  const char* what = ev.command == Command::kProgAttach   ? "attaching"
-                     : ev.command == Command::kProgDetach ? "detaching"
-                     : ev.command == Command::kLinkCreate ? "linking"
-                     : ev.command == Command::kLinkUpdate ? "updating the link of"
-                                                          : "detaching the link of";
-  // Only a change that leaves wanted devices denied is a revocation worth naming.
-  const DeviceCheck now = check_v2(w->cgroup.cgroup_dir, w->target.desired, w->spec);
-  if (now.ok() && !now.missing.empty()) {
-    char exe[4096];
-    ssize_t len = ::readlink(("/proc/" + std::to_string(ev.caller.pid) + "/exe").c_str(), exe, sizeof exe - 1);
-    WriterIdentity who{ev.caller.comm, ev.caller.parent_comm,
-                       len > 0 ? std::string(exe, static_cast<std::size_t>(len)) : "", ev.caller.pid};
-    Watched::Revocation r;
-    r.writer = recognise_writer(who);
-    r.detail = r.writer + " (pid " + std::to_string(ev.caller.pid) + ", comm " + ev.caller.comm +
-               (who.exe.empty() ? "" : ", " + who.exe) + ") " + what + " device program " + std::to_string(ev.prog_id);
-    r.at = Clock::now();
-    w->last_revocation = std::move(r);
-    metrics_.revocation(w->last_revocation->writer);
-  }
-  check_and_repair(*w, Clock::now());
-  update_gauges();
-}
-
-void Daemon::on_cgroup_lifecycle(const CgroupLifecycleEvent& ev) {
-  // A faster trigger than inotify for new containers; inotify stays the fallback and
-  // dir_created() is idempotent.
-  if (!ev.created || !located_ || tree_hierarchy_id_ != ev.hierarchy_id) return;
-  dir_created(node_->kubepods().hierarchy_root + ev.path);
 }
 
 void Daemon::update_gauges() {

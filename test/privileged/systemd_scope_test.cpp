@@ -55,7 +55,8 @@ class SystemdScope : public ::testing::TestWithParam<CgroupMode> {
     if (auto why = NspawnSystemd::unavailable_reason(GetParam()); !why.empty()) GTEST_SKIP() << why;
     auto rootfs = ensure_bookworm_rootfs();
     if (rootfs.path.empty()) {
-      if (rootfs.download_failed) GTEST_SKIP() << "no bookworm rootfs (Debian's mirror unreachable): " << rootfs.unavailable;
+      if (rootfs.download_failed)
+        GTEST_SKIP() << "no bookworm rootfs (Debian's mirror unreachable): " << rootfs.unavailable;
       FAIL() << rootfs.unavailable;
     }
     if (rootfs.built_now) std::cout << "[   timing ] bookworm rootfs built in " << rootfs.build_time.count() << " ms\n";
@@ -91,12 +92,15 @@ class SystemdScope : public ::testing::TestWithParam<CgroupMode> {
     EXPECT_GT(scope.pid, 0) << why;
     if (scope.pid <= 0) return scope;
     scope.cgroup = systemd_->device_cgroup_of(scope.pid);
-    EXPECT_NE(scope.cgroup.find("/kubepods.slice/kubepods-burstable.slice/" + slice + "/" + scope.unit), std::string::npos)
+    EXPECT_NE(scope.cgroup.find("/kubepods.slice/kubepods-burstable.slice/" + slice + "/" + scope.unit),
+              std::string::npos)
         << scope.cgroup;
     return scope;
   }
 
-  int open_errno(const Scope& scope, const std::string& node) { return open_errno_in_cgroup(scope.cgroup, nodes_ / node); }
+  int open_errno(const Scope& scope, const std::string& node) {
+    return open_errno_in_cgroup(scope.cgroup, nodes_ / node);
+  }
 
   void daemon_reload() {
     auto r = systemd_->run_inside({"systemctl", "daemon-reload"});
@@ -223,7 +227,8 @@ TEST_P(SystemdScope, DeviceAllowFromSetUnitPropertiesSurvivesDaemonReload) {
     // What the daemon does next on v2: replace every program with one allowing the union.
     // Since systemd's own list now holds the devices too, its next program allows them as
     // well, and the grant outlives further reloads.
-    auto repair = install_union_program(scope.cgroup, kScopeRules, {wanted(195, 0, "nvidia0"), wanted(237, 0, "nvidia-uvm")});
+    auto repair =
+        install_union_program(scope.cgroup, kScopeRules, {wanted(195, 0, "nvidia0"), wanted(237, 0, "nvidia-uvm")});
     ASSERT_TRUE(repair.ok()) << repair.error().message;
     EXPECT_EQ(repair->detached_ids.size(), 2u);
     EXPECT_EQ(program_names(scope), "[gdw_devices]");

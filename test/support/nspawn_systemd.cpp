@@ -241,9 +241,9 @@ BookwormRootfs ensure_bookworm_rootfs() {
   if (built.exit_code != 0) {
     const std::string output = built.out + built.err;
     result.download_failed = looks_like_download_failure(output);
-    result.unavailable = std::string("debootstrap bookworm ") +
-                         (built.timed_out ? "took longer than 240 s" : "failed (exit " + std::to_string(built.exit_code) + ")") +
-                         ": " + tail(output, 1500);
+    const std::string how =
+        built.timed_out ? "took longer than 240 s" : "failed (exit " + std::to_string(built.exit_code) + ")";
+    result.unavailable = "debootstrap bookworm " + how + ": " + tail(output, 1500);
     remove_build_tree(partial);
     return result;
   }
@@ -320,7 +320,8 @@ void NspawnSystemd::boot(const std::string& rootfs, std::chrono::milliseconds bo
   if (mode_ == CgroupMode::kV1) {
     // nspawn mounts the v1 controllers read-only; systemd would then not write devices.*
     // and DeviceAllow= would silently not be enforced.
-    argv.insert(argv.end(), {"/bin/sh", "-c", "mount -o remount,bind,rw /sys/fs/cgroup/devices && exec /lib/systemd/systemd"});
+    argv.insert(argv.end(),
+                {"/bin/sh", "-c", "mount -o remount,bind,rw /sys/fs/cgroup/devices && exec /lib/systemd/systemd"});
   } else {
     // nspawn's seccomp filter refuses BPF_PROG_LOAD; systemd needs CAP_BPF for its device
     // programs.
@@ -348,7 +349,8 @@ void NspawnSystemd::boot(const std::string& rootfs, std::chrono::milliseconds bo
     sleep_for(10ms);
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  auto state = run_inside({"systemctl", "is-system-running", "--wait"}, std::max(left, std::chrono::milliseconds(1000)));
+  auto state =
+      run_inside({"systemctl", "is-system-running", "--wait"}, std::max(left, std::chrono::milliseconds(1000)));
   const std::string reached = trim(state.out);
   if (reached != "running" && reached != "degraded") {
     return failed("systemd did not finish starting (is-system-running: '" + reached + "', " + trim(state.err) + ")");
@@ -370,7 +372,8 @@ NspawnSystemd::~NspawnSystemd() {
   // shared directories only when this object created them and they are empty now.
   for (const char* sub : {"/propagate/", "/unix-export/"}) remove_tree(std::string(kNspawnRunDir) + sub + machine_);
   if (created_nspawn_run_dir_) {
-    for (const char* sub : {"/locks", "/propagate", "/unix-export", ""}) ::rmdir((std::string(kNspawnRunDir) + sub).c_str());
+    for (const char* sub : {"/locks", "/propagate", "/unix-export", ""})
+      ::rmdir((std::string(kNspawnRunDir) + sub).c_str());
   }
 }
 

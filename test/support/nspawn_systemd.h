@@ -26,8 +26,8 @@ namespace gdw::test {
 // ≈ 250 MB from Debian's mirror) and reused while its completion marker exists; delete the
 // directory to rebuild it. Concurrent test processes wait for one builder (flock).
 struct BookwormRootfs {
-  std::string path;         // empty when unavailable
-  std::string unavailable;  // why not, with debootstrap's last output
+  std::string path;              // empty when unavailable
+  std::string unavailable;       // why not, with debootstrap's last output
   bool download_failed = false;  // the mirror could not be reached: skip, do not fail
   bool built_now = false;
   std::chrono::milliseconds build_time{0};
@@ -88,7 +88,7 @@ class NspawnSystemd {
   std::string machine_;
   std::vector<std::string> parent_cgroups_;  // one per hierarchy, created here
   bool created_nspawn_run_dir_ = false;
-  std::unique_ptr<BackgroundProcess> launcher_;  // systemd-nspawn
+  std::unique_ptr<BackgroundProcess> launcher_;             // systemd-nspawn
   std::vector<std::unique_ptr<BackgroundProcess>> scopes_;  // nsenter … systemd-run --scope
   pid_t leader_ = -1;
   std::string leader_start_time_;  // kill the leader by PID only while it is still ours
