@@ -12,6 +12,7 @@
 
 #include "node/config_file.h"
 #include "node/self_exe.h"
+#include "backend/systemd_scope.h"
 #include "kubeletapi/device_plugins.h"
 #include "kubeletapi/pod_resources.h"
 #include "probe/probe.h"
@@ -27,6 +28,7 @@ struct ContainerReport {
   ContainerTarget target;
   DeviceCheck before;
   std::vector<DeviceGrant> grants;
+  std::string systemd_note;  // systemd driver: what SetUnitProperties did
   std::string repair_note;   // v2: what the program replacement did
   std::string repair_error;  // v2: why it failed
   std::optional<DeviceCheck> after;
@@ -181,6 +183,7 @@ void print_text(const NodeModel& node, const std::vector<ContainerReport>& repor
     for (const auto& g : r.grants)
       fmt::print("{}: {} {} (c {}) — {}\n", who(r.target), g.err ? "could not grant" : "granted", g.device.name,
                  format_device_number(g.device.dev), describe_grant_error(g.err));
+    if (!r.systemd_note.empty()) fmt::print("{}: {}\n", who(r.target), r.systemd_note);
     if (!r.repair_note.empty()) fmt::print("{}: {}\n", who(r.target), r.repair_note);
     if (!r.repair_error.empty()) fmt::print("{}: could not replace the device programs: {}\n", who(r.target), r.repair_error);
     if (!r.final_check().ok() && !is_cgroup_gone(r.final_check().read_err))
@@ -250,6 +253,7 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
       gj["ok"] = g.err == 0;
       c["grants"].push_back(gj);
     }
+    if (!r.systemd_note.empty()) c["systemd"] = r.systemd_note;
     if (!r.repair_note.empty()) c["repair"] = r.repair_note;
     if (!r.repair_error.empty()) c["repair_error"] = r.repair_error;
     c["unresolved"] = r.target.desired.unresolved;
@@ -338,11 +342,30 @@ int run_check(const CheckOptions& options) {
                          : std::vector<OciDeviceCgroupRule>{};
     auto check_now = [&] { return v2 ? check_v2(cg.cgroup_dir, target.desired, spec) : check_v1(cg.cgroup_dir, target.desired); };
     r.before = check_now();
-    if (options.repair && r.before.ok() && !r.before.missing.empty()) {
+    std::vector<WantedDevice> missing = r.before.missing;
+    const std::string unit = cg.leaf.driver == CgroupDriver::kSystemd ? scope_unit_of(cg.cgroup_dir) : "";
+    if (options.repair && r.before.ok() && !missing.empty() && !unit.empty()) {
+      // systemd driver: have systemd include the devices in the scope's DeviceAllow= (kept
+      // across daemon-reload), then see what the kernel says; the rest is granted directly.
+      auto added = add_device_allow_blocking(config->systemd.bus_address, unit, missing, config->systemd.timeout);
+      r.systemd_note = added ? "systemd added " + std::to_string(missing.size()) + " device(s) to " + unit + "'s DeviceAllow="
+                             : "systemd did not add DeviceAllow= (" + added.error().message + ")";
+      if (added) {
+        const DeviceCheck now = check_now();
+        if (now.ok()) {
+          for (const auto& m : missing) {
+            bool still = std::any_of(now.missing.begin(), now.missing.end(), [&](const auto& x) { return x.dev == m.dev; });
+            if (!still) r.grants.push_back(DeviceGrant{m, 0, {}});
+          }
+          missing = now.missing;
+        }
+      }
+    }
+    if (options.repair && r.before.ok() && !missing.empty()) {
       if (v2) {
         auto installed = repair_v2(cg.cgroup_dir, target.desired.wanted, spec);
         if (installed) {
-          for (const auto& m : r.before.missing) r.grants.push_back(DeviceGrant{m, 0, {}});
+          for (const auto& m : missing) r.grants.push_back(DeviceGrant{m, 0, {}});
           r.repair_note = "device program " + std::to_string(installed->attached_id) + " installed" +
                           (installed->used_replace ? " (atomic replace)" : "") + ", " +
                           std::to_string(installed->detached_ids.size()) + " detached";
@@ -352,10 +375,11 @@ int run_check(const CheckOptions& options) {
           r.repair_error = installed.error().message;
         }
       } else {
-        r.grants = grant_v1(cg.cgroup_dir, r.before.missing);
+        auto direct = grant_v1(cg.cgroup_dir, missing);
+        r.grants.insert(r.grants.end(), direct.begin(), direct.end());
       }
-      r.after = check_now();
     }
+    if (options.repair && (!r.grants.empty() || !r.repair_error.empty())) r.after = check_now();
     r.target = std::move(target);
     reports.push_back(std::move(r));
   }

@@ -42,7 +42,7 @@ std::vector<OciDeviceCgroupRule> enforced_spec(const OciContainerInfo& spec, Bui
 }
 
 DeviceCheck check_v2(const std::string& cgroup_dir, const DesiredDevices& desired,
-                     const std::vector<OciDeviceCgroupRule>& spec) {
+                     const std::vector<OciDeviceCgroupRule>& spec, bool systemd_allows_desired) {
   DeviceCheck c;
   auto programs = query_device_programs(cgroup_dir);
   if (!programs) {
@@ -54,6 +54,8 @@ DeviceCheck check_v2(const std::string& cgroup_dir, const DesiredDevices& desire
     }
     return c;
   }
+  if (systemd_allows_desired)
+    std::erase_if(*programs, [](const AttachedDeviceProgram& p) { return p.owner == ProgramOwner::kSystemd; });
   c.missing = denied_by_programs(*programs, spec, desired.wanted);
   return c;
 }

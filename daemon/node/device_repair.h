@@ -36,8 +36,10 @@ std::string describe_grant_error(int err);
 // cgroup v2. The spec a runtime enforces: the bundle's linux.resources.devices followed by
 // runc's built-in devices (minus nodes the spec itself creates).
 std::vector<OciDeviceCgroupRule> enforced_spec(const OciContainerInfo& spec, BuiltinDevices builtins);
+// `systemd_allows_desired`: the desired devices are in the scope's DeviceAllow= (the daemon
+// added them), so systemd's own programs allow them and are not counted as denying.
 DeviceCheck check_v2(const std::string& cgroup_dir, const DesiredDevices& desired,
-                     const std::vector<OciDeviceCgroupRule>& spec);
+                     const std::vector<OciDeviceCgroupRule>& spec, bool systemd_allows_desired = false);
 Result<V2Repair> repair_v2(const std::string& cgroup_dir, const std::vector<WantedDevice>& desired,
                            const std::vector<OciDeviceCgroupRule>& spec);
 

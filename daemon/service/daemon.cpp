@@ -170,6 +170,7 @@ void Daemon::reload_config() {
   watches_.clear();
   wd_by_path_.clear();
   config_ = *fresh;
+  systemd_.reset();  // systemd.bus_address may have changed
   if (!config_.probe.enabled && probe_) {
     probe_source_ = EventSource();
     probe_.reset();
@@ -584,7 +585,7 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
   const std::string& dir = w.cgroup.cgroup_dir;
   const auto fields = fields_of(w.labels, dir);
   const auto now = Clock::now();
-  DeviceCheck check = v2() ? check_v2(dir, w.target.desired, w.spec) : check_v1(dir, w.target.desired);
+  DeviceCheck check = check_devices(w);
   if (is_cgroup_gone(check.read_err)) {
     remove_container(dir);  // removed mid-repair: quietly dropped
     return;
@@ -603,7 +604,7 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
   for (const auto& m : check.missing) {
     missing_now.insert(m.dev);
     // Drift is a transition: counted when a device that was there goes missing.
-    if (!w.missing.count(m.dev)) metrics_.drift(w.labels, m.name);
+    if (!w.missing.count(m.dev) && now >= w.quiet_until) metrics_.drift(w.labels, m.name);
   }
   w.missing = missing_now;
   if (check.missing.empty()) {
@@ -675,6 +676,7 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
     }
   }
   if (granted.empty()) return;
+  if (w.cgroup.leaf.driver == CgroupDriver::kSystemd) persist_in_systemd(w);
   w.unlogged_grants.insert(w.unlogged_grants.end(), granted.begin(), granted.end());
   if (w.unlogged_trigger == Clock::time_point{}) w.unlogged_trigger = trigger;
   // The probe's record of the revoking write can trail the inotify event by microseconds:
@@ -736,6 +738,75 @@ void Daemon::log_grants(Watched& w) {
   log::info(message, f);
   w.unlogged_grants.clear();
   w.unlogged_trigger = {};
+}
+
+DeviceCheck Daemon::check_devices(const Watched& w) const {
+  if (!v2()) return check_v1(w.cgroup.cgroup_dir, w.target.desired);
+  const bool persisted = std::all_of(w.target.desired.wanted.begin(), w.target.desired.wanted.end(),
+                                     [&](const WantedDevice& d) { return w.persisted.count(d.dev) > 0; });
+  return check_v2(w.cgroup.cgroup_dir, w.target.desired, w.spec, persisted);
+}
+
+SystemdClient* Daemon::systemd() {
+  if (systemd_) return systemd_.get();
+  auto client = SystemdClient::connect(config_.systemd.bus_address, loop_->native(), config_.systemd.timeout);
+  if (!client) {
+    if (!systemd_error_logged_)
+      log::warn("cannot reach systemd (systemd.bus_address): " + client.error().message +
+                "; grants are direct only and a daemon-reload will revoke them again");
+    systemd_error_logged_ = true;
+    return nullptr;
+  }
+  systemd_error_logged_ = false;
+  systemd_ = std::move(*client);
+  // A reload re-applies every scope's device policy (v1: deny `a` and its list; v2: a new
+  // ANDed program): look at every GPU container once it has finished.
+  (void)systemd_->on_reloading([this](bool active) {
+    if (active) return;
+    check_all(Clock::now(), [](const Watched& w) { return w.target.kind == TargetKind::kGpu; });
+    update_gauges();
+  });
+  return systemd_.get();
+}
+
+void Daemon::persist_in_systemd(Watched& w) {
+  // The direct grant already restored access (microseconds); asking systemd first would
+  // leave the container without its GPU for a D-Bus round trip, or for the whole reload
+  // systemd may be busy with. Persisting afterwards makes the next reload keep the grant.
+  const std::string unit = scope_unit_of(w.cgroup.cgroup_dir);
+  std::vector<WantedDevice> todo;
+  for (const auto& d : w.target.desired.wanted)
+    if (!w.persisted.count(d.dev)) todo.push_back(d);
+  if (unit.empty() || todo.empty() || w.persist_in_flight) return;
+  SystemdClient* client = systemd();
+  if (!client) return;
+  const std::string dir = w.cgroup.cgroup_dir;
+  auto started = client->add_device_allow(unit, todo, [this, dir, todo, unit](Status outcome) {
+    auto it = containers_.find(dir);
+    if (it == containers_.end()) return;
+    Watched& c = it->second;
+    c.persist_in_flight = false;
+    metrics_.regrant(outcome.ok(), "systemd");
+    if (!outcome) {
+      log::warn("systemd did not add DeviceAllow= to " + unit + ": " + outcome.error().message,
+                fields_of(c.labels, dir));
+      return;
+    }
+    for (const auto& d : todo) c.persisted.insert(d.dev);
+    log::info("systemd now allows " + device_names(todo) + " in " + unit + " (kept across daemon-reload)",
+              fields_of(c.labels, dir));
+    // Verify the kernel state systemd left; anything still missing is granted directly.
+    c.quiet_until = Clock::now() + std::chrono::milliseconds(100);
+    check_and_repair(c, Clock::now());
+    update_gauges();
+  });
+  if (!started) {
+    log::warn("cannot ask systemd to allow devices in " + unit + ": " + started.error().message,
+              fields_of(w.labels, dir));
+    return;
+  }
+  w.persist_in_flight = true;
+  w.quiet_until = Clock::now() + config_.systemd.timeout + std::chrono::milliseconds(100);
 }
 
 void Daemon::update_gauges() {

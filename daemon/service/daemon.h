@@ -22,6 +22,7 @@
 #include "node/node_model.h"
 #include "node/device_repair.h"
 #include "nvidia/nvml.h"
+#include "backend/systemd_scope.h"
 #include "probe/probe.h"
 #include "service/node_health.h"
 #include "watch/event_loop.h"
@@ -77,6 +78,12 @@ class Daemon {
     Clock::time_point unlogged_trigger{};
     EventSource log_timer;
     std::map<std::string, Clock::time_point> denied_open_logged;  // device → last log
+    // systemd driver: the devices already added to the scope's DeviceAllow=.
+    std::set<DeviceNumber> persisted;
+    bool persist_in_flight = false;
+    // While systemd re-applies the scope after our SetUnitProperties, its own writes revoke
+    // for a moment: repaired, but not counted as drift.
+    Clock::time_point quiet_until{};
   };
 
   Status start();
@@ -105,6 +112,11 @@ class Daemon {
   void check_all(Clock::time_point trigger, const std::function<bool(const Watched&)>& which);
   void schedule_retry(Watched& w, Clock::duration delay, Clock::time_point trigger);
   void update_gauges();
+  // systemd cgroup driver: make the scope's DeviceAllow= include what was granted, so the
+  // next daemon-reload keeps it.
+  DeviceCheck check_devices(const Watched& w) const;
+  SystemdClient* systemd();
+  void persist_in_systemd(Watched& w);
   // eBPF probe
   void load_probe();
   void on_probe();
@@ -139,6 +151,8 @@ class Daemon {
   bool locate_error_logged_ = false;
   bool ready_ = false;
 
+  std::unique_ptr<SystemdClient> systemd_;
+  bool systemd_error_logged_ = false;
   std::unique_ptr<Probe> probe_;
   std::string probe_status_ = "off (probe.enabled: false)";
   EventSource probe_source_;

@@ -153,7 +153,7 @@ void Daemon::on_device_program(const DeviceProgramEvent& ev) {
                      : ev.command == Command::kLinkUpdate ? "updating the link of"
                                                           : "detaching the link of";
   // Only a change that leaves wanted devices denied is a revocation worth naming.
-  const DeviceCheck now = check_v2(w->cgroup.cgroup_dir, w->target.desired, w->spec);
+  const DeviceCheck now = check_devices(*w);
   if (now.ok() && !now.missing.empty()) {
     const WriterIdentity who = identify(ev.caller);
     Watched::Revocation r;
