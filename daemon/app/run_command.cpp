@@ -13,7 +13,7 @@ millisecond, any allocated device node that something revoked; serves Prometheus
 at metrics.listen (/metrics). Logs to stderr, or to the journal with structured fields
 when started by systemd (Type=notify: READY=1 after the first full pass, watchdog pings,
 STOPPING=1). SIGHUP reloads the configuration (a bad file is refused and the running one
-kept); SIGTERM/SIGINT stop it.
+kept); SIGUSR1 re-reads everything now (a full resync); SIGTERM/SIGINT stop it.
 
 options:
   --config PATH  configuration file (default: /etc/gpu-devwatch/gpu-devwatch.yaml if it

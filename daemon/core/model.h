@@ -41,6 +41,7 @@ struct GpuDevice {
   std::string bus_location;  // 0000:0f:00.0
   std::string model;
   bool excluded = false;
+  bool operator==(const GpuDevice&) const = default;
 };
 
 // A MIG device and where it lives: parent GPU minor, GPU instance, compute instance.
@@ -68,6 +69,8 @@ struct Inventory {
   std::vector<std::string> problems;
 
   // The major of /dev/nvidiaN: "nvidia" (driver ≥ 550.40) or "nvidia-frontend".
+  bool operator==(const Inventory&) const = default;
+
   std::optional<std::uint32_t> nvidia_major() const;
   std::optional<std::uint32_t> char_major(const std::string& name) const;
   const GpuDevice* gpu_by_uuid(const std::string& uuid) const;

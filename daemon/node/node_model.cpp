@@ -1,6 +1,7 @@
 #include "node/node_model.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -47,6 +48,12 @@ Status NodeModel::locate() {
 }
 
 Status NodeModel::load_checkpoint() {
+  // kubelet replaces the file by rename: the same inode, size and mtime mean the same record.
+  struct stat st{};
+  std::optional<FileStamp> stamp;
+  if (::stat(config_.kubelet.checkpoint.c_str(), &st) == 0)
+    stamp = FileStamp{st.st_ino, st.st_size, st.st_mtim.tv_sec * 1'000'000'000L + st.st_mtim.tv_nsec};
+  if (stamp && checkpoint_.loaded && checkpoint_.error.empty() && stamp == checkpoint_stamp_) return {};
   auto text = read_text_file(config_.kubelet.checkpoint);
   Result<Checkpoint> parsed = text ? parse_checkpoint(*text) : Result<Checkpoint>(text.error());
   if (!parsed) {
@@ -56,6 +63,8 @@ Status NodeModel::load_checkpoint() {
   checkpoint_.loaded = true;
   checkpoint_.error.clear();
   checkpoint_.checkpoint = std::move(*parsed);
+  checkpoint_stamp_ = stamp;
+  ++inputs_generation_;
   checkpoint_.used = checkpoint_.checkpoint.checksum_valid ||
                      config_.kubelet.on_invalid_checksum == InvalidChecksumPolicy::kUse;
   rebuild_allocations();
@@ -64,11 +73,15 @@ Status NodeModel::load_checkpoint() {
 }
 
 void NodeModel::set_pod_resources(std::vector<PodResourcesContainer> containers) {
+  if (pod_resources_ == containers) return;
   pod_resources_ = std::move(containers);
+  ++inputs_generation_;
   rebuild_allocations();
 }
 
 void NodeModel::rebuild_allocations() {
+  if (allocations_generation_ == generation()) return;
+  allocations_generation_ = generation();
   LivePods live;
   for (const Bundle* b : bundles_.all()) {
     const auto& info = b->info;
@@ -102,11 +115,13 @@ void NodeModel::add_device_spec_nodes() {
 }
 
 void NodeModel::load_inventory() {
-  inventory_ = read_inventory(InventoryOptions{config_.devices.proc_root, config_.devices.dev_root,
-                                               config_.devices.mig_map});
+  Inventory fresh = read_inventory(InventoryOptions{config_.devices.proc_root, config_.devices.dev_root,
+                                                    config_.devices.mig_map});
   // NVML is the authority for the MIG UUIDs it reports; devices.mig_map covers the rest.
-  if (nvml_) merge_nvml_answer(inventory_, *nvml_);
+  if (nvml_) merge_nvml_answer(fresh, *nvml_);
+  std::swap(fresh, inventory_);
   add_device_spec_nodes();
+  if (!(fresh == inventory_)) ++inputs_generation_;
 }
 
 bool NodeModel::needs_nvml() const {

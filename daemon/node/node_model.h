@@ -66,6 +66,10 @@ class NodeModel {
   BundleIndex& bundles() { return bundles_; }
 
   KubepodsTree scan() const { return scan_kubepods(kubepods_); }
+
+  // Moves whenever an input of resolve() changed (checkpoint, PodResources, inventory,
+  // bundles): a container resolved at the current generation need not be resolved again.
+  std::uint64_t generation() const { return inputs_generation_ + bundles_.generation(); }
   ContainerTarget resolve(const DiscoveredContainer& cgroup);
 
  private:
@@ -79,6 +83,15 @@ class NodeModel {
   std::optional<std::vector<PodResourcesContainer>> pod_resources_;
   MergedAllocations merged_;
   std::optional<std::string> boot_id_;
+  std::uint64_t inputs_generation_ = 0;
+  std::optional<std::uint64_t> allocations_generation_;  // generation() of the last rebuild
+  struct FileStamp {
+    ino_t inode = 0;
+    off_t size = 0;
+    long mtime_ns = 0;
+    bool operator==(const FileStamp&) const = default;
+  };
+  std::optional<FileStamp> checkpoint_stamp_;  // of the file last parsed
   Inventory inventory_;
   std::optional<NvmlAnswer> nvml_;
   BundleIndex bundles_;

@@ -58,6 +58,7 @@ bool BundleIndex::load(const std::string& dir, const std::string& id) {
     }
     problems_.erase(path);
     bundles_[id] = Entry{Bundle{id, path, std::move(*info)}, stamp};
+    ++generation_;
     return true;
   }
   return false;
@@ -70,7 +71,7 @@ void BundleIndex::refresh() {
       if (load(dir, id)) seen.insert(id);
     }
   }
-  std::erase_if(bundles_, [&](const auto& kv) { return !seen.count(kv.first); });
+  generation_ += std::erase_if(bundles_, [&](const auto& kv) { return !seen.count(kv.first); });
   std::erase_if(problems_, [&](const auto& kv) {
     struct stat st{};
     return ::stat(kv.first.c_str(), &st) != 0;

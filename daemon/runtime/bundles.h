@@ -32,11 +32,14 @@ class BundleIndex {
   const Bundle* find_or_load(const std::string& container_id);
   const Bundle* find(const std::string& container_id) const;
   // Drops a container that is gone (its cgroup was removed) without waiting for refresh().
-  void forget(const std::string& container_id) { bundles_.erase(container_id); }
+  void forget(const std::string& container_id) { generation_ += bundles_.erase(container_id); }
   // config.json files that could not be read or parsed, with the reason.
   const std::map<std::string, std::string>& problems() const { return problems_; }
   const std::vector<std::string>& state_dirs() const { return state_dirs_; }
   std::size_t size() const { return bundles_.size(); }
+  // Moves whenever a bundle is added, changed or dropped: what was resolved against an
+  // older generation may be out of date.
+  std::uint64_t generation() const { return generation_; }
   std::vector<const Bundle*> all() const;
 
  private:
@@ -56,6 +59,7 @@ class BundleIndex {
   std::vector<std::string> state_dirs_;
   std::map<std::string, Entry> bundles_;
   std::map<std::string, std::string> problems_;
+  std::uint64_t generation_ = 0;
 };
 
 }  // namespace gdw

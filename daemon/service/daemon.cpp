@@ -88,6 +88,9 @@ Status Daemon::start() {
   auto hup = loop_->add_signal(SIGHUP, [this] { reload_config(); }, "sighup");
   if (!hup) return hup.error();
   signal_sources_.push_back(std::move(*hup));
+  auto usr1 = loop_->add_signal(SIGUSR1, [this] { full_resync("signal"); }, "sigusr1");
+  if (!usr1) return usr1.error();
+  signal_sources_.push_back(std::move(*usr1));
   // Writes to a cgroup removed under us must not kill the daemon.
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -235,12 +238,13 @@ void Daemon::full_resync(const std::string& reason) {
     }
     located_ = true;
     locate_error_logged_ = false;
-    // cgroup_mkdir reports hierarchies by id: cgroup2 is 0, a v1 controller's is in /proc/cgroups.
+    // cgroup_mkdir reports hierarchies by id: cgroup2 is 0, a v1 controller's is in
+    // /proc/cgroups — the running kernel's, whatever devices.proc_root says.
     tree_hierarchy_id_.reset();
     if (v2()) {
       tree_hierarchy_id_ = 0;
     } else {
-      std::ifstream cgroups(config_.devices.proc_root + "/cgroups");
+      std::ifstream cgroups("/proc/cgroups");
       std::string line;
       while (std::getline(cgroups, line)) {
         std::istringstream fields(line);
@@ -455,13 +459,19 @@ void Daemon::upsert_container(const DiscoveredContainer& cg) {
       }
     }
   }
-  apply_target(w, node_->resolve(cg));
+  resolve(w, /*force=*/false);
   if (inserted && w.target.kind == TargetKind::kUnidentified && node_->allocations().pod_has_devices(cg.pod.pod_uid)) {
     schedule_retry(w, kIdentifyRetry[0], Clock::now());
   }
   // A container seen for the first time is checked at once (seed 001: created without
   // nvidia-uvm in its spec). Its watches exist already, so no later write is missed.
   if (inserted && ready_ && w.target.kind == TargetKind::kGpu) check_and_repair(w, Clock::now());
+}
+
+void Daemon::resolve(Watched& w, bool force) {
+  if (!force && w.resolved_generation == node_->generation()) return;
+  apply_target(w, node_->resolve(w.cgroup));
+  w.resolved_generation = node_->generation();
 }
 
 void Daemon::apply_target(Watched& w, ContainerTarget target) {
@@ -531,7 +541,7 @@ void Daemon::reresolve_all() {
   for (auto& [dir, w] : containers_) {
     const bool was_gpu = w.target.kind == TargetKind::kGpu;
     const auto wanted_before = w.target.desired.wanted;
-    apply_target(w, node_->resolve(w.cgroup));
+    resolve(w, /*force=*/false);
     if (w.target.kind == TargetKind::kGpu && (!was_gpu || wanted_before != w.target.desired.wanted))
       changed.insert(dir);
   }
@@ -559,7 +569,7 @@ void Daemon::schedule_retry(Watched& w, Clock::duration delay, Clock::time_point
       const auto since = c.pending_since;
       c.pending_since = {};
       if (c.target.kind == TargetKind::kUnidentified) {
-        apply_target(c, node_->resolve(c.cgroup));
+        resolve(c, /*force=*/true);  // its bundle may have appeared on disk since
         if (c.target.kind == TargetKind::kUnidentified) {
           if (++c.identify_attempts < static_cast<int>(std::size(kIdentifyRetry)))
             schedule_retry(c, kIdentifyRetry[c.identify_attempts], since);

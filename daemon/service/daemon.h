@@ -65,6 +65,7 @@ class Daemon {
     Clock::time_point pending_since{};  // the oldest trigger a deferred repair still owes
     int identify_attempts = 0;
     std::uint64_t cgroup_id = 0;  // inode of the cgroup directory (what the probe reports)
+    std::optional<std::uint64_t> resolved_generation;  // NodeModel::generation() of `target`
     std::vector<OciDeviceCgroupRule> spec;  // cgroup v2: what the runtime's program enforces
     // The last write that revoked devices here, as the probe saw it.
     struct Revocation {
@@ -102,6 +103,9 @@ class Daemon {
   void dir_created(const std::string& path);
   void upsert_container(const DiscoveredContainer& cg);
   void remove_container(const std::string& cgroup_dir);
+  // Re-resolves who the container is and what it must have, unless nothing it depends on
+  // changed since (NodeModel::generation()).
+  void resolve(Watched& w, bool force);
   void apply_target(Watched& w, ContainerTarget target);
   void reresolve_all();
   void reload_checkpoint();
