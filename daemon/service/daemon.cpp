@@ -601,11 +601,10 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
     return;
   }
   if (!check.ok()) {
-    metrics_.event_loop_error("devices.list");
+    metrics_.event_loop_error(v2() ? "device-programs" : "devices.list");
+    const std::string what = v2() ? "cannot query the device programs: " : "cannot read devices.list: ";
     if (!w.read_error_logged)
-      log::error(check.read_err ? std::string("cannot read devices.list: ") + std::strerror(check.read_err)
-                                : "devices.list unreadable: " + check.parse_error,
-                 fields);
+      log::error(what + (check.read_err ? std::strerror(check.read_err) : check.parse_error), fields);
     w.read_error_logged = true;
     return;
   }
