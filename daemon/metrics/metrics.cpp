@@ -127,6 +127,15 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Help("Containers whose devices the checkpoint and the PodResources API report differently.")
                         .Register(r)
                         .Add({});
+  device_programs_ = &BuildGauge()
+                         .Name("gpu_devwatch_device_programs")
+                         .Help("cgroup v2: device programs attached to watched GPU containers, by owner (ours, systemd, runtime).")
+                         .Register(r);
+  programs_replaced_ = &BuildCounter()
+                            .Name("gpu_devwatch_device_programs_replaced_total")
+                            .Help("cgroup v2: device programs that repairs replaced or detached.")
+                            .Register(r)
+                            .Add({});
   checkpoint_stale_ = &BuildGauge()
                            .Name("gpu_devwatch_checkpoint_stale")
                            .Help("1 when the kubelet checkpoint names devices this host does not have or another boot's BootID.")
@@ -248,6 +257,11 @@ void Metrics::pod_resources_call(const std::string& result, double latency_secon
   pod_resources_latency_->Add({}).Set(latency_seconds);
 }
 void Metrics::set_allocation_disagreements(std::size_t n) { disagreements_->Set(static_cast<double>(n)); }
+void Metrics::set_device_programs(const std::string& owner, std::size_t n) {
+  device_programs_->Add({{"owner", owner}}).Set(static_cast<double>(n));
+}
+void Metrics::programs_replaced(std::size_t n) { programs_replaced_->Increment(static_cast<double>(n)); }
+
 void Metrics::set_checkpoint_stale(bool stale, std::size_t unknown_devices) {
   checkpoint_stale_->Set(stale ? 1 : 0);
   checkpoint_unknown_devices_->Set(static_cast<double>(unknown_devices));

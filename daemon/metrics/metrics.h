@@ -50,6 +50,10 @@ class Metrics {
   void set_containers_missing_devices(std::size_t n);
   void set_containers_unidentified(std::size_t n);
   void set_containers_throttled(std::size_t n);
+  // cgroup v2: device programs attached to watched containers, by owner (ours | systemd |
+  // runtime), and programs our repairs replaced.
+  void set_device_programs(const std::string& owner, std::size_t n);
+  void programs_replaced(std::size_t n);
   // Forgets every series of a container that is gone.
   void forget(const ContainerLabels& c);
 
@@ -109,6 +113,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* pod_resources_latency_;
   prometheus::Gauge* disagreements_;
   prometheus::Gauge* checkpoint_stale_;
+  prometheus::Family<prometheus::Gauge>* device_programs_;
+  prometheus::Counter* programs_replaced_;
   prometheus::Gauge* checkpoint_unknown_devices_;
   prometheus::Family<prometheus::Counter>* remediations_;
   prometheus::Family<prometheus::Gauge>* plugin_up_;

@@ -54,6 +54,7 @@ DeviceCheck check_v2(const std::string& cgroup_dir, const DesiredDevices& desire
     }
     return c;
   }
+  c.programs = *programs;
   if (systemd_allows_desired)
     std::erase_if(*programs, [](const AttachedDeviceProgram& p) { return p.owner == ProgramOwner::kSystemd; });
   c.missing = denied_by_programs(*programs, spec, desired.wanted);

@@ -18,6 +18,7 @@ struct DeviceCheck {
   int read_err = 0;         // errno reading devices.list / querying programs (0 = read)
   std::string parse_error;  // devices.list did not parse, or the query failed otherwise
   std::vector<WantedDevice> missing;
+  std::vector<AttachedDeviceProgram> programs;  // v2: what is attached to the cgroup
   bool ok() const { return read_err == 0 && parse_error.empty(); }
 };
 

@@ -609,6 +609,8 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
     return;
   }
   w.read_error_logged = false;
+  w.programs.clear();
+  for (const auto& p : check.programs) ++w.programs[p.owner];
   std::set<DeviceNumber> missing_now;
   for (const auto& m : check.missing) {
     missing_now.insert(m.dev);
@@ -722,6 +724,10 @@ std::vector<DeviceGrant> Daemon::apply_grants(Watched& w, const std::vector<Want
   for (const auto& d : grantable)
     grants.push_back(DeviceGrant{d, installed ? 0 : EPERM, installed ? "" : installed.error().message});
   if (installed) {
+    metrics_.programs_replaced(installed->detached_ids.size());
+    // What is attached now: ours, and whatever could not be detached.
+    w.programs = {{ProgramOwner::kOurs, 1}};
+    for (const auto& left : installed->left_attached) ++w.programs[left.program.owner];
     for (const auto& left : installed->left_attached)
       log::warn("device program " + std::to_string(left.program.id) + " (" + left.program.name +
                     ") could not be detached: " + left.reason,
@@ -820,8 +826,10 @@ void Daemon::persist_in_systemd(Watched& w) {
 
 void Daemon::update_gauges() {
   std::size_t watched = 0, missing = 0, unidentified = 0, throttled = 0;
+  std::map<ProgramOwner, std::size_t> programs;
   for (const auto& [dir, w] : containers_) {
     if (w.target.kind == TargetKind::kGpu) {
+      for (const auto& [owner, n] : w.programs) programs[owner] += n;
       ++watched;
       missing += !w.missing.empty();
       throttled += w.throttled;
@@ -833,6 +841,10 @@ void Daemon::update_gauges() {
   metrics_.set_containers_missing_devices(missing);
   metrics_.set_containers_unidentified(unidentified);
   metrics_.set_containers_throttled(throttled);
+  if (v2()) {
+    for (ProgramOwner owner : {ProgramOwner::kOurs, ProgramOwner::kSystemd, ProgramOwner::kRuntime})
+      metrics_.set_device_programs(to_string(owner), programs[owner]);
+  }
 }
 
 int run_daemon(const std::string& config_path) {

@@ -67,6 +67,7 @@ class Daemon {
     std::uint64_t cgroup_id = 0;  // inode of the cgroup directory (what the probe reports)
     std::optional<std::uint64_t> resolved_generation;  // NodeModel::generation() of `target`
     std::vector<OciDeviceCgroupRule> spec;  // cgroup v2: what the runtime's program enforces
+    std::map<ProgramOwner, std::size_t> programs;  // cgroup v2: attached at the last check
     // The last write that revoked devices here, as the probe saw it.
     struct Revocation {
       std::string writer;  // recognised name (bounded)

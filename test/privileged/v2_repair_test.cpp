@@ -73,6 +73,13 @@ TEST_F(V2Repair, TheDaemonRepairsOnTheProbesAttachEvent) {
   EXPECT_GE(daemon.metric("gpu_devwatch_regrants_total", {{"method", "bpf"}, {"result", "success"}}), 1);
   EXPECT_GE(daemon.metric("gpu_devwatch_drift_total", {{"device", "nvidia0"}}), 1);
   EXPECT_TRUE(daemon.process().wait_for_output("attaching device program")) << daemon.output();
+  // The runtime's and systemd's programs were replaced by ours.
+  EXPECT_GE(daemon.metric("gpu_devwatch_device_programs_replaced_total"), 2);
+  EXPECT_TRUE(eventually([&] {
+    return daemon.metric("gpu_devwatch_device_programs", {{"owner", "ours"}}) == 1 &&
+           daemon.metric("gpu_devwatch_device_programs", {{"owner", "runtime"}}) == 0 &&
+           daemon.metric("gpu_devwatch_device_programs", {{"owner", "systemd"}}) == 0;
+  })) << daemon.metrics();
 }
 
 TEST_F(V2Repair, WithoutTheProbeThePeriodicQueryRepairs) {
