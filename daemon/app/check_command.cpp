@@ -121,9 +121,9 @@ json device_json(const WantedDevice& d) {
               {"reason", d.reason}};
 }
 
-std::string check_problem(const DeviceCheck& c) {
-  if (c.read_err) return std::string("cannot read devices.list: ") + std::strerror(c.read_err);
-  return c.parse_error;
+std::string check_problem(const DeviceCheck& c, CgroupVersion version) {
+  const std::string what = version == CgroupVersion::kV2 ? "cannot query the device programs: " : "cannot read devices.list: ";
+  return what + (c.read_err ? std::strerror(c.read_err) : c.parse_error);
 }
 
 // Whether a gpu-devwatch daemon's eBPF probe is loaded on this node, in words.
@@ -187,7 +187,7 @@ void print_text(const NodeModel& node, const std::vector<ContainerReport>& repor
     if (!r.repair_note.empty()) fmt::print("{}: {}\n", who(r.target), r.repair_note);
     if (!r.repair_error.empty()) fmt::print("{}: could not replace the device programs: {}\n", who(r.target), r.repair_error);
     if (!r.final_check().ok() && !is_cgroup_gone(r.final_check().read_err))
-      fmt::print("{}: {}\n", who(r.target), check_problem(r.final_check()));
+      fmt::print("{}: {}\n", who(r.target), check_problem(r.final_check(), node.version()));
     for (const auto& u : r.target.desired.unresolved) fmt::print("{}: allocated but not found: {}\n", who(r.target), u);
     if (!r.target.problem.empty()) fmt::print("{}: {}\n", who(r.target), r.target.problem);
   }
@@ -257,7 +257,7 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
     if (!r.repair_note.empty()) c["repair"] = r.repair_note;
     if (!r.repair_error.empty()) c["repair_error"] = r.repair_error;
     c["unresolved"] = r.target.desired.unresolved;
-    if (!r.final_check().ok()) c["error"] = check_problem(r.final_check());
+    if (!r.final_check().ok()) c["error"] = check_problem(r.final_check(), node.version());
     if (!r.target.problem.empty()) c["problem"] = r.target.problem;
     containers.push_back(c);
   }

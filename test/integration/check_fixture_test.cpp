@@ -251,16 +251,7 @@ TEST(CheckFixture, NodeHealthVerdicts) {
     FakeDevicePlugin good(plugins + "/nvidia-gpu.sock");
     // kubelet's live view gives the container the other GPU: a disagreement (PodResources wins).
     FakePodResources kubelet(node.dir() / "podres.sock");
-    v1::ListPodResourcesResponse listing;
-    auto* pod = listing.add_pod_resources();
-    pod->set_name("p");
-    pod->set_namespace_("ml");
-    auto* container = pod->add_containers();
-    container->set_name("trainer");
-    auto* devices = container->add_devices();
-    devices->set_resource_name("nvidia.com/gpu");
-    devices->add_device_ids("GPU-8a1e6b55-0d1c-4f4e-9b3e-3c0d5a2f7e41");
-    kubelet.set_response(listing);
+    kubelet.set_response(one_container_listing("ml", "p", "trainer", "GPU-8a1e6b55-0d1c-4f4e-9b3e-3c0d5a2f7e41"));
     auto healthy = run_command({GDW_BINARY, "check", "--config", node.config("", kubelet_extra)});
     EXPECT_EQ(healthy.exit_code, 0) << healthy.out << healthy.err;
     EXPECT_NE(healthy.out.find("device plugin nvidia-gpu.sock: answers"), std::string::npos) << healthy.out;

@@ -13,19 +13,6 @@
 namespace gdw::test {
 namespace {
 
-v1::ListPodResourcesResponse listing(const SandboxContainer& c, const std::string& device_id) {
-  v1::ListPodResourcesResponse r;
-  auto* pod = r.add_pod_resources();
-  pod->set_name(c.spec.pod_name);
-  pod->set_namespace_(c.spec.pod_namespace);
-  auto* container = pod->add_containers();
-  container->set_name(c.spec.container_name);
-  auto* devices = container->add_devices();
-  devices->set_resource_name("nvidia.com/gpu");
-  devices->add_device_ids(device_id);
-  return r;
-}
-
 class DaemonNodeHealth : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -44,7 +31,8 @@ TEST_F(DaemonNodeHealth, AContainerOnlyPodResourcesKnowsIsRepairedAndTheDisagree
                                         .device_ids = {node_->gpu_uuid(1)}, .in_checkpoint = false});
   node_->write_checkpoint();
   FakePodResources kubelet(node_->pod_resources_socket());
-  kubelet.set_response(listing(c, node_->gpu_uuid(1)));
+  kubelet.set_response(
+      one_container_listing(c.spec.pod_namespace, c.spec.pod_name, c.spec.container_name, node_->gpu_uuid(1)));
   ASSERT_TRUE(daemon_->start("", false, "  pod_resources_interval: 200ms\n")) << daemon_->output();
   EXPECT_TRUE(eventually([&] { return daemon_->metric("gpu_devwatch_containers_watched") == 1; })) << daemon_->output();
   EXPECT_EQ(daemon_->metric("gpu_devwatch_allocation_disagreements"), 1);

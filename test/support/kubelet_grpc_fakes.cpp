@@ -59,6 +59,21 @@ FakePodResources::FakePodResources(const std::string& socket_path) { server_ = s
 
 FakePodResources::~FakePodResources() { shut_down(server_); }
 
+v1::ListPodResourcesResponse one_container_listing(const std::string& pod_namespace, const std::string& pod_name,
+                                                   const std::string& container, const std::string& device_id,
+                                                   const std::string& resource) {
+  v1::ListPodResourcesResponse r;
+  auto* pod = r.add_pod_resources();
+  pod->set_name(pod_name);
+  pod->set_namespace_(pod_namespace);
+  auto* c = pod->add_containers();
+  c->set_name(container);
+  auto* devices = c->add_devices();
+  devices->set_resource_name(resource);
+  devices->add_device_ids(device_id);
+  return r;
+}
+
 void FakePodResources::set_response(v1::ListPodResourcesResponse response) {
   std::lock_guard lock(mu_);
   response_ = std::move(response);

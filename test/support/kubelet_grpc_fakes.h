@@ -45,6 +45,11 @@ class FakePodResources final : public v1::PodResourcesLister::Service {
   std::unique_ptr<grpc::Server> server_;
 };
 
+// A List answer with one pod holding one container with one device of `resource`.
+v1::ListPodResourcesResponse one_container_listing(const std::string& pod_namespace, const std::string& pod_name,
+                                                   const std::string& container, const std::string& device_id,
+                                                   const std::string& resource = "nvidia.com/gpu");
+
 // v1beta1.DevicePlugin on unix://<socket_path>; GetDevicePluginOptions answers after `delay`.
 class FakeDevicePlugin final : public v1beta1::DevicePlugin::Service {
  public:

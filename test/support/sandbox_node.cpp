@@ -172,12 +172,12 @@ void SandboxNode::reapply_spec(const std::string& cgroup_rel) {
 
 std::string SandboxNode::bundle_json(const SandboxContainer& c) const {
   using json = nlohmann::json;
-  json devices = json::array({{{"allow", false}, {"access", "rwm"}}});
-  for (const auto& text : spec_allow_rules()) {
-    auto rule = parse_device_rule(text);
-    json r = {{"allow", true}, {"type", std::string(1, static_cast<char>(rule->type))}, {"access", format_access(rule->access)}};
-    if (rule->major != kAnyNumber) r["major"] = rule->major;
-    if (rule->minor != kAnyNumber) r["minor"] = rule->minor;
+  json devices = json::array();
+  for (const auto& [allow, rule] : spec_rules()) {
+    json r = {{"allow", allow}, {"access", format_access(rule.access)}};
+    if (rule.type != DeviceType::kAll) r["type"] = std::string(1, static_cast<char>(rule.type));
+    if (rule.major != kAnyNumber) r["major"] = rule.major;
+    if (rule.minor != kAnyNumber) r["minor"] = rule.minor;
     devices.push_back(r);
   }
   json doc = {
