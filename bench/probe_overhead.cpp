@@ -1,11 +1,21 @@
-// What the probe costs unrelated processes: ns per write() to /dev/null and per
-// openat()+close() of a regular file, without and with the probe attached, alternating
-// in the same run. With the probe loaded a few cgroups and the GPU major are watched
-// (none of them this process's), as in a daemon that watches GPU containers.
+// What the probe costs unrelated processes: ns per write() to /dev/null, per
+// openat()+close() of a regular file and per mmap()+munmap() of a private writable page
+// (which passes a CAP_SYS_ADMIN check, where the always-on program runs), in three
+// configurations alternating in the same run:
+//   none      no probe
+//   probe     the probe as the daemon runs it by default (syscall hook detached)
+//   hook      the probe with its syscall hook attached (while a GPU container misses
+//             devices, or probe.syscall_hook: always)
+// The loops run in a worker process forked before any probe is loaded, so the probe's
+// maps and ring buffer never share its address space: it is the unrelated process. With
+// the probe loaded a few cgroups and the GPU major are watched (none of them the
+// worker's), as in a daemon that watches GPU containers.
 //
-//   probe_overhead [rounds] [writes-per-round] [opens-per-round]
+//   probe_overhead [rounds] [writes-per-round] [opens-per-round] [mmaps-per-round]
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,14 +56,78 @@ double time_opens(const std::string& path, long calls) {
   return ns_per_call(start, Clock::now(), calls);
 }
 
+double time_mmaps(long calls) {
+  auto start = Clock::now();
+  for (long i = 0; i < calls; ++i) {
+    void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) std::abort();
+    ::munmap(page, 4096);
+  }
+  return ns_per_call(start, Clock::now(), calls);
+}
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   std::size_t mid = values.size() / 2;
   return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
-std::unique_ptr<gdw::Probe> load_probe() {
-  auto probe = gdw::Probe::load();
+// The unrelated process: runs one timed loop per request on a pipe, answers ns per call.
+class Worker {
+ public:
+  Worker(int null_fd, std::string file) {
+    int requests[2], answers[2];
+    if (::pipe2(requests, O_CLOEXEC) != 0 || ::pipe2(answers, O_CLOEXEC) != 0) std::abort();
+    pid_ = ::fork();
+    if (pid_ < 0) std::abort();
+    if (pid_ == 0) {
+      ::close(requests[1]);
+      ::close(answers[0]);
+      struct Request {
+        char loop;
+        long calls;
+      } request;
+      while (::read(requests[0], &request, sizeof(request)) == sizeof(request)) {
+        double ns = request.loop == 'w' ? time_writes(null_fd, request.calls)
+                    : request.loop == 'o' ? time_opens(file, request.calls)
+                                          : time_mmaps(request.calls);
+        if (::write(answers[1], &ns, sizeof(ns)) != sizeof(ns)) _exit(1);
+      }
+      _exit(0);
+    }
+    ::close(requests[0]);
+    ::close(answers[1]);
+    to_ = requests[1];
+    from_ = answers[0];
+  }
+  ~Worker() {
+    ::close(to_);
+    ::close(from_);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  double run(char loop, long calls) {
+    struct {
+      char loop;
+      long calls;
+    } request{loop, calls};
+    double ns = 0;
+    if (::write(to_, &request, sizeof(request)) != sizeof(request) || ::read(from_, &ns, sizeof(ns)) != sizeof(ns))
+      std::abort();
+    return ns;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+};
+
+enum Mode { kNone, kProbe, kHook, kModes };
+const char* const kModeNames[kModes] = {"none", "probe", "hook"};
+
+std::unique_ptr<gdw::Probe> load_probe(bool hook) {
+  gdw::ProbeOptions options;
+  options.syscall_hook = hook;
+  auto probe = gdw::Probe::load(options);
   if (!probe) {
     std::fprintf(stderr, "probe_overhead: %s\n", probe.error().message.c_str());
     std::exit(1);
@@ -72,8 +146,9 @@ int main(int argc, char** argv) {
   int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
   long writes = argc > 2 ? std::atol(argv[2]) : 500000;
   long opens = argc > 3 ? std::atol(argv[3]) : 100000;
+  long mmaps = argc > 4 ? std::atol(argv[4]) : 100000;
 
-  // One CPU: no migrations between the timed loops.
+  // One CPU for the worker: no migrations between the timed loops.
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   CPU_SET(0, &cpus);
@@ -83,41 +158,49 @@ int main(int argc, char** argv) {
   std::string file = dir.write("regular", "x");
   int null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   if (null_fd < 0) return 1;
+  Worker worker(null_fd, file);
 
   // Warm caches and the dentry before measuring.
-  time_writes(null_fd, writes / 10);
-  time_opens(file, opens / 10);
+  worker.run('w', writes / 10);
+  worker.run('o', opens / 10);
+  worker.run('m', mmaps / 10);
 
-  std::vector<double> write_without, write_with, open_without, open_with;
-  std::printf("%-5s %-8s %14s %14s\n", "round", "probe", "write ns/call", "openat ns/call");
+  std::vector<double> write_ns[kModes], open_ns[kModes], mmap_ns[kModes];
+  std::printf("%-5s %-6s %14s %14s %14s\n", "round", "mode", "write ns/call", "openat ns/call", "mmap ns/call");
   for (int round = 0; round < rounds; ++round) {
-    // Alternate which mode goes first so drift does not favour one.
-    for (int step = 0; step < 2; ++step) {
-      bool with_probe = (round + step) % 2 == 1;
+    // Rotate which mode goes first so drift does not favour one.
+    for (int step = 0; step < kModes; ++step) {
+      const int mode = (round + step) % kModes;
       std::unique_ptr<gdw::Probe> probe;
-      if (with_probe) probe = load_probe();
-      double w = time_writes(null_fd, writes);
-      double o = time_opens(file, opens);
-      (with_probe ? write_with : write_without).push_back(w);
-      (with_probe ? open_with : open_without).push_back(o);
-      std::printf("%-5d %-8s %14.1f %14.1f\n", round, with_probe ? "loaded" : "none", w, o);
+      if (mode != kNone) probe = load_probe(mode == kHook);
+      double w = worker.run('w', writes);
+      double o = worker.run('o', opens);
+      double m = worker.run('m', mmaps);
+      write_ns[mode].push_back(w);
+      open_ns[mode].push_back(o);
+      mmap_ns[mode].push_back(m);
+      std::printf("%-5d %-6s %14.1f %14.1f %14.1f\n", round, kModeNames[mode], w, o, m);
     }
   }
   ::close(null_fd);
 
   // The minimum is the least disturbed by other load on the machine; the median is shown
   // next to it so a noisy run is visible as a gap between the two.
-  auto row = [](const char* call, const std::vector<double>& without, const std::vector<double>& with) {
-    double min0 = *std::min_element(without.begin(), without.end());
-    double min1 = *std::min_element(with.begin(), with.end());
-    double med0 = median(without), med1 = median(with);
-    std::printf("%-22s %9.1f %9.1f %8.1f%% %9.1f %9.1f %8.1f%%\n", call, min0, min1, (min1 - min0) / min0 * 100,
-                med0, med1, (med1 - med0) / med0 * 100);
+  auto row = [](const char* call, const std::vector<double>* ns) {
+    double min0 = *std::min_element(ns[kNone].begin(), ns[kNone].end()), med0 = median(ns[kNone]);
+    std::printf("%-24s %8.1f %8.1f", call, min0, med0);
+    for (int mode : {kProbe, kHook}) {
+      double min1 = *std::min_element(ns[mode].begin(), ns[mode].end()), med1 = median(ns[mode]);
+      std::printf(" | %8.1f %7.1f%% %8.1f %7.1f%%", min1, (min1 - min0) / min0 * 100, med1, (med1 - med0) / med0 * 100);
+    }
+    std::printf("\n");
   };
-  std::printf("\n%d rounds, %ld writes and %ld opens per round; ns per call\n", rounds, writes, opens);
-  std::printf("%-22s %9s %9s %9s %9s %9s %9s\n", "call", "min none", "min probe", "overhead", "med none",
-              "med probe", "overhead");
-  row("write(/dev/null, 1)", write_without, write_with);
-  row("openat+close(regular)", open_without, open_with);
+  std::printf("\n%d rounds, %ld writes, %ld opens, %ld mmaps per round; ns per call (min, median)\n", rounds, writes,
+              opens, mmaps);
+  std::printf("%-24s %8s %8s | %8s %8s %8s %8s | %8s %8s %8s %8s\n", "call", "none", "(med)", "probe", "overhead",
+              "(med)", "overhead", "hook", "overhead", "(med)", "overhead");
+  row("write(/dev/null, 1)", write_ns);
+  row("openat+close(regular)", open_ns);
+  row("mmap+munmap(4 KiB)", mmap_ns);
   return 0;
 }

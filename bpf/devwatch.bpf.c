@@ -2,25 +2,37 @@
 /* devwatch: who changes device access of cgroups, and which GPU opens were denied.
  *
  * BTF-enabled raw tracepoints only (tp_btf; no kprobes/fentry, which not every kernel we
- * run on allows):
+ * run on allows). Two tiers, because of what they cost everything else on the node:
+ *
+ *  Always attached, on paths unrelated syscalls never take:
+ *  - tp_btf/cap_capable (kernel >= 6.14), filtered on the capability first:
+ *     CAP_SYS_ADMIN inside write, pwrite64, writev, pwritev, pwritev2 on a cgroup v1
+ *       devices.allow / devices.deny: the devices controller checks it before it parses
+ *       the rule (devcgroup_update_access), so every rule write passes here with writer,
+ *       fd and user buffer in the task's syscall registers. The result is known here only
+ *       when the check refused the write; the syscall-exit hook reports the rest.
+ *     CAP_BPF inside bpf(BPF_PROG_LOAD) of a BPF_PROG_TYPE_CGROUP_DEVICE program: the
+ *       caller is about to attach a device program (v2). The attach itself checks no
+ *       capability, so this is the nearest point a tracepoint sees without a syscall hook.
+ *    Capability checks are frequent (mmap and brk of writable memory check CAP_SYS_ADMIN
+ *    for overcommit), so the program returns on its first two comparisons for them.
+ *  - tp_btf/cgroup_mkdir, tp_btf/cgroup_rmdir.
+ *
+ *  Attached by user space only when wanted (the "syscall hook"):
  *  - tp_btf/sys_exit, dispatched on the syscall number. On x86_64 the syscall's argument
- *    registers are still intact in pt_regs at exit and the outcome is known, so no entry
- *    hook is needed (an entry hook would cost every syscall on the machine ~50 ns more):
- *     write, pwrite64, writev, pwritev, pwritev2: writes to a cgroup v1 devices.allow /
- *       devices.deny, recognised from the fd; rule text from the user buffer (already
- *       faulted in by the kernel), result from the return value.
+ *    registers are still intact in pt_regs at exit and the outcome is known:
  *     openat, openat2, open: opens that failed with EPERM inside a watched cgroup (see
  *       "Denied opens" below). Any other result returns on the first comparison.
  *     bpf: attach/detach/replace of BPF_CGROUP_DEVICE programs (cgroup v2 device rules).
  *       A detached link has forgotten its cgroup and an updated link its old program, so
  *       cgroup_device_links remembers both per link id (seeded by user space at load).
- *  - tp_btf/cgroup_mkdir, tp_btf/cgroup_rmdir.
- *
- * Why not the per-syscall tracepoints (tracepoint/syscalls/sys_enter_write ...): measured
- * on the 6.18 kernel this was built on, write() to /dev/null takes ~235 ns; an empty
- * program on syscalls/sys_enter_write adds ~400 ns per hit (perf tracepoint path), an
- * empty tp_btf/sys_exit adds ~110 ns to every syscall (the tracing slow path itself).
- * They also need tracefs mounted to find tracepoint ids; tp_btf attaches by BTF id.
+ *     write family: the result of a rule write reported at its permission check; or, on
+ *       kernels without cap_capable, the whole rule write.
+ *    Any program on a syscall tracepoint puts every task of the machine on the syscall
+ *    tracing slow path: measured on the 6.18 kernel this was built on, an empty
+ *    tp_btf/sys_exit program adds ~110 ns to every syscall (write() to /dev/null takes
+ *    ~230 ns), an empty one on syscalls/sys_enter_write ~400 ns per hit (perf tracepoint
+ *    path). Hence the tiers.
  *
  * Everything leaves through one ring buffer; failed reservations are counted per CPU.
  */
@@ -45,6 +57,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define NR_bpf 321
 #define NR_pwritev2 328
 #define NR_openat2 437
+#define NR_writev_family(nr) \
+  ((nr) == NR_write || (nr) == NR_pwrite64 || (nr) == NR_writev || (nr) == NR_pwritev || (nr) == NR_pwritev2)
 /* thread_info.status bit of a task inside an ia32 syscall, whose numbers and argument
  * registers differ (the syscalls/ tracepoints skip those too). */
 #define TS_COMPAT 0x0002
@@ -53,6 +67,11 @@ char LICENSE[] SEC("license") = "GPL";
 #error "devwatch.bpf.c: syscall numbers are only defined for x86_64"
 #endif
 
+#define CAP_SYS_ADMIN 21
+#define CAP_BPF 39
+/* task_struct.flags: kernel threads and io_uring workers have no syscall registers. */
+#define PF_IO_WORKER 0x00000010
+#define PF_KTHREAD 0x00200000
 #define CGROUP_SUPER_MAGIC 0x27e0eb
 #define CGROUP2_SUPER_MAGIC 0x63677270
 #define EPERM 1
@@ -79,7 +98,14 @@ struct bpf_link___since_6_17 {
   enum bpf_attach_type attach_type;
 } __attribute__((preserve_access_index));
 
-/* ---- maps shared with user space ------------------------------------------------------ */
+/* ---- settings and maps shared with user space ---------------------------------------- */
+
+/* Set before load: the kernel has no cap_capable tracepoint, so rule writes are reported
+ * whole at syscall exit (while the syscall hook is attached). */
+const volatile bool rule_writes_at_syscall_exit = false;
+/* Written by user space while the program runs: the syscall hook is attached, so a rule
+ * write seen at its permission check should have its result reported at exit. */
+volatile bool syscall_hook_attached = false;
 
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -115,6 +141,32 @@ struct {
   __type(key, struct gdw_path_key);
   __type(value, struct gdw_device_number);
 } watched_paths SEC(".maps");
+
+/* Rule writes reported at the permission check whose result the syscall hook reports, by
+ * tid. LRU: an entry left by a hook detached mid-write is forgotten eventually, and until
+ * then it cannot match a later write (the file must be the same and the write would pass
+ * the permission check again, replacing the entry). */
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 1024);
+  __type(key, __u32);
+  __type(value, struct gdw_rule_write_in_flight);
+} rule_writes_in_flight SEC(".maps");
+
+/* The last device program load reported per tid: one load checks CAP_BPF several times
+ * (program load, verifier), and is reported once. */
+struct device_program_load_seen {
+  __u64 attr; /* user address of the bpf_attr */
+  __u64 ktime_ns;
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 1024);
+  __type(key, __u32);
+  __type(value, struct device_program_load_seen);
+} device_program_loads SEC(".maps");
+/* Checks of one load come within this time of the first (the verifier runs in between). */
+#define LOAD_CHECKS_WINDOW_NS (5 * 1000 * 1000ULL)
 
 /* BPF_CGROUP_DEVICE links by link id: what a link no longer tells once detached (its
  * cgroup) or updated (its previous program). Filled at LINK_CREATE / LINK_UPDATE and by
@@ -243,22 +295,35 @@ static __always_inline enum bpf_attach_type cgroup_link_attach_type(struct bpf_l
 
 /* ---- cgroup v1 rule writes ------------------------------------------------------------ */
 
-static __always_inline int emit_rule_write(struct task_struct *task, struct pt_regs *regs, long ret,
-                                           bool vectored) {
+/* The devices.allow / devices.deny file behind a write-family syscall's fd, or NULL. */
+static __always_inline struct file *rule_file(struct task_struct *task, struct pt_regs *regs, __u32 *deny,
+                                              struct kernfs_node **kn_out) {
   struct file *file = file_of_fd(task, PT_REGS_PARM1_SYSCALL(regs));
-  if (!file) return 0;
+  if (!file) return NULL;
   struct inode *inode = BPF_CORE_READ(file, f_inode);
-  if (BPF_CORE_READ(inode, i_sb, s_magic) != CGROUP_SUPER_MAGIC) return 0;
+  if (BPF_CORE_READ(inode, i_sb, s_magic) != CGROUP_SUPER_MAGIC) return NULL;
   /* A kernfs inode's i_private is its kernfs_node; the node's name is the file name. */
   struct kernfs_node *kn = BPF_CORE_READ(inode, i_private);
   const char *name = BPF_CORE_READ(kn, name);
-  __u32 deny;
   if (KERNEL_STR_EQUALS(name, "devices.deny"))
-    deny = 1;
+    *deny = 1;
   else if (KERNEL_STR_EQUALS(name, "devices.allow"))
-    deny = 0;
+    *deny = 0;
   else
-    return 0;
+    return NULL;
+  *kn_out = kn;
+  return file;
+}
+
+/* Reports the write of the current syscall (write family, its registers in `regs`) when
+ * it targets a devices rule file. Returns the event's ktime, 0 when nothing was reported. */
+static __always_inline __u64 emit_rule_write(struct task_struct *task, struct pt_regs *regs, long nr,
+                                             __u32 seen_at, bool result_known, long result,
+                                             struct gdw_rule_write_in_flight *in_flight) {
+  __u32 deny;
+  struct kernfs_node *kn = NULL;
+  struct file *file = rule_file(task, regs, &deny, &kn);
+  if (!file) return 0;
 
   struct gdw_rule_write_event *e = reserve_event(sizeof(*e));
   if (!e) return 0;
@@ -269,12 +334,14 @@ static __always_inline int emit_rule_write(struct task_struct *task, struct pt_r
   /* The cgroup is the directory holding the file; its kernfs id is the cgroup id. */
   struct kernfs_node *directory = kernfs_parent(kn);
   e->target_cgroup_id = BPF_CORE_READ(directory, id);
-  e->result = ret;
+  e->result = result_known ? result : 0;
+  e->result_known = result_known;
+  e->seen_at = seen_at;
   e->deny = deny;
 
   __u64 buf = PT_REGS_PARM2_SYSCALL(regs);
   __u64 count = PT_REGS_PARM3_SYSCALL(regs);
-  if (vectored) {
+  if (nr == NR_writev || nr == NR_pwritev || nr == NR_pwritev2) {
     /* Only the first iovec: the kernel parses one rule per write anyway. */
     struct iovec first = {};
     bpf_probe_read_user(&first, sizeof(first), (void *)buf);
@@ -286,6 +353,39 @@ static __always_inline int emit_rule_write(struct task_struct *task, struct pt_r
                           (void *)buf) != 0)
     len = 0;
   e->rule_len = len;
+  if (in_flight) {
+    in_flight->file = (__u64)file;
+    in_flight->target_cgroup_id = e->target_cgroup_id;
+    in_flight->ktime_ns = e->header.ktime_ns;
+  }
+  __u64 ktime = e->header.ktime_ns;
+  bpf_ringbuf_submit(e, 0);
+  return ktime;
+}
+
+/* Syscall exit of a write-family call while the hook is attached: the result of a rule
+ * write this thread reported at its permission check. */
+static __always_inline int emit_rule_write_result(struct task_struct *task, struct pt_regs *regs, long ret) {
+  __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  struct gdw_rule_write_in_flight *in_flight = bpf_map_lookup_elem(&rule_writes_in_flight, &tid);
+  if (!in_flight) return 0;
+  struct gdw_rule_write_in_flight seen = *in_flight;
+  bpf_map_delete_elem(&rule_writes_in_flight, &tid);
+  /* An entry from a write whose exit went unseen (hook detached meanwhile) names another
+   * file, or the same file with a write that never reached the permission check. */
+  if ((__u64)file_of_fd(task, PT_REGS_PARM1_SYSCALL(regs)) != seen.file) return 0;
+
+  struct gdw_rule_write_result_event *e = reserve_event(sizeof(*e));
+  if (!e) return 0;
+  __u64 pid_tgid = bpf_get_current_pid_tgid();
+  e->header.type = GDW_EVENT_RULE_WRITE_RESULT;
+  e->header.reserved = 0;
+  e->header.ktime_ns = bpf_ktime_get_ns();
+  e->pid = pid_tgid >> 32;
+  e->tid = (__u32)pid_tgid;
+  e->target_cgroup_id = seen.target_cgroup_id;
+  e->result = ret;
+  e->write_ktime_ns = seen.ktime_ns;
   bpf_ringbuf_submit(e, 0);
   return 0;
 }
@@ -427,22 +527,26 @@ static __always_inline int emit_device_program(struct task_struct *task, struct 
   return 0;
 }
 
-/* ---- syscall dispatch ---------------------------------------------------------------------- */
+/* ---- syscall exit (attached only while user space wants it) ----------------------------- */
 
 /* Runs for every syscall on the machine: the switch is all most of them see. */
 SEC("tp_btf/sys_exit")
 int BPF_PROG(gdw_sys_exit, struct pt_regs *regs, long ret) {
   struct task_struct *task;
-  switch (SYSCALL_NR(regs)) {
+  long nr = SYSCALL_NR(regs);
+  switch (nr) {
     case NR_write:
     case NR_pwrite64:
-      task = bpf_get_current_task_btf();
-      return in_compat_syscall(task) ? 0 : emit_rule_write(task, regs, ret, false);
     case NR_writev:
     case NR_pwritev:
     case NR_pwritev2:
       task = bpf_get_current_task_btf();
-      return in_compat_syscall(task) ? 0 : emit_rule_write(task, regs, ret, true);
+      if (in_compat_syscall(task)) return 0;
+      if (rule_writes_at_syscall_exit) {
+        emit_rule_write(task, regs, nr, GDW_SEEN_AT_SYSCALL_EXIT, true, ret, NULL);
+        return 0;
+      }
+      return emit_rule_write_result(task, regs, ret);
     case NR_openat:
       if (ret != -EPERM || in_compat_syscall(bpf_get_current_task_btf())) return 0;
       return emit_denied_open(ret, (__s32)PT_REGS_PARM1_SYSCALL(regs), PT_REGS_PARM2_SYSCALL(regs),
@@ -461,6 +565,59 @@ int BPF_PROG(gdw_sys_exit, struct pt_regs *regs, long ret) {
       task = bpf_get_current_task_btf();
       return in_compat_syscall(task) ? 0 : emit_device_program(task, regs, ret);
   }
+  return 0;
+}
+
+/* ---- capability checks (always attached) ---------------------------------------------------- */
+
+static __always_inline int emit_device_program_load(struct pt_regs *regs) {
+  if ((int)PT_REGS_PARM1_SYSCALL(regs) != BPF_PROG_LOAD) return 0;
+  __u32 prog_type = 0; /* union bpf_attr's first member for BPF_PROG_LOAD */
+  if (bpf_probe_read_user(&prog_type, sizeof(prog_type), (void *)PT_REGS_PARM2_SYSCALL(regs)) != 0) return 0;
+  if (prog_type != BPF_PROG_TYPE_CGROUP_DEVICE) return 0;
+  __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  __u64 now = bpf_ktime_get_ns();
+  struct device_program_load_seen seen = {.attr = PT_REGS_PARM2_SYSCALL(regs), .ktime_ns = now};
+  struct device_program_load_seen *last = bpf_map_lookup_elem(&device_program_loads, &tid);
+  /* Measured from the reported check, so back-to-back loads are still reported every
+   * window at least. */
+  if (last && last->attr == seen.attr && now - last->ktime_ns < LOAD_CHECKS_WINDOW_NS) return 0;
+  bpf_map_update_elem(&device_program_loads, &tid, &seen, BPF_ANY);
+  struct gdw_device_program_load_event *e = reserve_event(sizeof(*e));
+  if (!e) return 0;
+  e->header.type = GDW_EVENT_DEVICE_PROGRAM_LOAD;
+  e->header.reserved = 0;
+  e->header.ktime_ns = bpf_ktime_get_ns();
+  fill_process(&e->caller);
+  bpf_ringbuf_submit(e, 0);
+  return 0;
+}
+
+SEC("tp_btf/cap_capable")
+int BPF_PROG(gdw_cap_check, const struct cred *cred, struct user_namespace *target_ns,
+             const struct user_namespace *capable_ns, int cap, int ret) {
+  if (cap != CAP_SYS_ADMIN && cap != CAP_BPF) return 0;
+  struct task_struct *task = bpf_get_current_task_btf();
+  if (task->flags & (PF_KTHREAD | PF_IO_WORKER)) return 0;
+  struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+  if (!regs) return 0;
+  long nr = SYSCALL_NR(regs);
+  if (cap == CAP_SYS_ADMIN && NR_writev_family(nr)) {
+    if (rule_writes_at_syscall_exit || in_compat_syscall(task)) return 0;
+    /* Refused here, the write fails with EPERM before the rule is parsed: known now.
+     * Allowed, the result comes at syscall exit, if the hook is attached to see it. */
+    bool refused = ret != 0;
+    struct gdw_rule_write_in_flight in_flight = {};
+    __u64 ktime = emit_rule_write(task, regs, nr, GDW_SEEN_AT_PERMISSION_CHECK, refused, -EPERM,
+                                  &in_flight);
+    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    if (ktime && !refused && syscall_hook_attached)
+      bpf_map_update_elem(&rule_writes_in_flight, &tid, &in_flight, BPF_ANY);
+    else
+      bpf_map_delete_elem(&rule_writes_in_flight, &tid);
+    return 0;
+  }
+  if (cap == CAP_BPF && nr == NR_bpf && !in_compat_syscall(task)) return emit_device_program_load(regs);
   return 0;
 }
 

@@ -24,6 +24,19 @@ enum gdw_event_type {
   GDW_EVENT_DEVICE_PROGRAM = 3,
   GDW_EVENT_CGROUP_MKDIR = 4,
   GDW_EVENT_CGROUP_RMDIR = 5,
+  GDW_EVENT_RULE_WRITE_RESULT = 6,
+  GDW_EVENT_DEVICE_PROGRAM_LOAD = 7,
+};
+
+/* Where a rule write was seen (gdw_rule_write_event.seen_at). */
+enum gdw_seen_at {
+  /* The kernel's CAP_SYS_ADMIN check in the devices controller (tp_btf/cap_capable): costs
+   * nothing outside capability checks. The kernel has not parsed the rule yet, so the
+   * result is known only when that check refused the write (-EPERM); otherwise a
+   * gdw_rule_write_result_event follows while the syscall-exit hook is attached. */
+  GDW_SEEN_AT_PERMISSION_CHECK = 1,
+  /* Syscall exit (kernels without the cap_capable tracepoint): the result is known. */
+  GDW_SEEN_AT_SYSCALL_EXIT = 2,
 };
 
 /* bpf(2) commands reported in gdw_device_program_event.command. */
@@ -38,7 +51,7 @@ enum gdw_device_program_command {
 struct gdw_event_header {
   __u32 type; /* enum gdw_event_type */
   __u32 reserved;
-  __u64 ktime_ns; /* CLOCK_MONOTONIC when the event was emitted (syscall exit) */
+  __u64 ktime_ns; /* CLOCK_MONOTONIC when the event was emitted */
 };
 
 struct gdw_process {
@@ -56,10 +69,29 @@ struct gdw_rule_write_event {
   struct gdw_event_header header;
   struct gdw_process writer;
   __u64 target_cgroup_id; /* kernfs id (inode number) of the written cgroup directory */
-  __s64 result;           /* syscall return: bytes written or -errno */
+  __s64 result;           /* bytes written or -errno, when result_known */
   __u32 deny;             /* 1: devices.deny, 0: devices.allow */
   __u32 rule_len;         /* bytes copied into rule (not NUL-terminated) */
+  __u32 seen_at;          /* enum gdw_seen_at */
+  __u32 result_known;     /* 0: the kernel had not decided yet (see gdw_seen_at) */
   char rule[GDW_RULE_MAX];
+};
+
+/* The syscall result of a write reported at the permission check (same tid). */
+struct gdw_rule_write_result_event {
+  struct gdw_event_header header;
+  __u32 pid;
+  __u32 tid;
+  __u64 target_cgroup_id;
+  __s64 result;         /* bytes written or -errno */
+  __u64 write_ktime_ns; /* header.ktime_ns of the gdw_rule_write_event it completes */
+};
+
+/* BPF_PROG_LOAD of a BPF_PROG_TYPE_CGROUP_DEVICE program, seen at its CAP_BPF check: the
+ * caller is about to attach a device program to some cgroup (cgroup v2). */
+struct gdw_device_program_load_event {
+  struct gdw_event_header header;
+  struct gdw_process caller;
 };
 
 struct gdw_denied_open_event {
@@ -99,6 +131,14 @@ struct gdw_path_key {
 struct gdw_device_number {
   __u32 major;
   __u32 minor;
+};
+
+/* rule_writes_in_flight value, keyed by tid: a write reported at its permission check
+ * whose result the syscall-exit hook reports. */
+struct gdw_rule_write_in_flight {
+  __u64 file; /* the struct file written (address; tells a later write apart) */
+  __u64 target_cgroup_id;
+  __u64 ktime_ns;
 };
 
 /* cgroup_device_links value, keyed by link id. */

@@ -130,7 +130,9 @@ std::string check_problem(const DeviceCheck& c, CgroupVersion version) {
 std::string probe_state() {
   auto loaded = probe_loaded_on_node();
   if (!loaded) return "unknown (" + loaded.error().message + ")";
-  return *loaded ? "loaded (a gpu-devwatch daemon attributes rule writes)" : "not loaded";
+  if (!loaded->loaded) return "not loaded";
+  return std::string("loaded (a gpu-devwatch daemon attributes rule writes); syscall hook ") +
+         (loaded->syscall_hook_attached ? "attached (denied opens reported)" : "detached");
 }
 
 void print_health_text(const NodeModel& node, const NodeHealth& h) {
@@ -210,7 +212,8 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
   json out;
   out["mode"] = to_string(node.config().mode);
   if (auto loaded = probe_loaded_on_node(); loaded) {
-    out["probe_loaded"] = *loaded;
+    out["probe_loaded"] = loaded->loaded;
+    out["probe_syscall_hook_attached"] = loaded->syscall_hook_attached;
   } else {
     out["probe_loaded"] = nullptr;
     out["probe_error"] = loaded.error().message;

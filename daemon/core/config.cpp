@@ -237,6 +237,15 @@ const std::map<std::string, Setter>& setters() {
        [](auto& n, Config& c) { return as_duration(n, c.daemon.program_query_interval, D{100}, D{3600000}); }},
       {"metrics.listen", [](auto& n, Config& c) { return as_listen_address(n, c.metrics.listen); }},
       {"probe.enabled", [](auto& n, Config& c) { return as_bool(n, c.probe.enabled); }},
+      {"probe.syscall_hook", [](auto& n, Config& c) {
+         return as_enum(n, c.probe.syscall_hook,
+                        {{"auto", SyscallHookPolicy::kAuto},
+                         {"always", SyscallHookPolicy::kAlways},
+                         {"on-drift", SyscallHookPolicy::kOnDrift},
+                         {"off", SyscallHookPolicy::kOff}});
+       }},
+      {"probe.syscall_hook_linger",
+       [](auto& n, Config& c) { return as_duration(n, c.probe.syscall_hook_linger, D{0}, D{86400000}); }},
       {"systemd.bus_address", [](auto& n, Config& c) { return as_string(n, c.systemd.bus_address); }},
       {"systemd.timeout", [](auto& n, Config& c) { return as_duration(n, c.systemd.timeout, D{10}, D{60000}); }},
       {"log.level", [](auto& n, Config& c) {
@@ -341,6 +350,16 @@ std::string to_string(CgroupDriver d) {
 }
 std::string to_string(AllocationSource s) {
   return s == AllocationSource::kAuto ? "auto" : s == AllocationSource::kCheckpoint ? "checkpoint" : "pod-resources";
+}
+
+std::string to_string(SyscallHookPolicy p) {
+  switch (p) {
+    case SyscallHookPolicy::kAuto: return "auto";
+    case SyscallHookPolicy::kAlways: return "always";
+    case SyscallHookPolicy::kOnDrift: return "on-drift";
+    case SyscallHookPolicy::kOff: return "off";
+  }
+  return "auto";
 }
 
 }  // namespace gdw

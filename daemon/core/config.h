@@ -22,6 +22,10 @@ enum class AllocationSource { kAuto, kCheckpoint, kPodResources };
 enum class InvalidChecksumPolicy { kUse, kIgnore };
 // The devices runc allows beyond the spec on cgroup v2 (tun was dropped in runc 1.2).
 enum class BuiltinDevices { kRunc1_1, kRunc1_2 };
+// When the probe's syscall hook (denied opens, exact v2 attach events, rule-write results)
+// is attached. It slows every syscall on the node while attached. auto: on-drift when the
+// kernel names rule writers without it (cap_capable tracepoint, >= 6.14), else always.
+enum class SyscallHookPolicy { kAuto, kAlways, kOnDrift, kOff };
 
 using Duration = std::chrono::milliseconds;
 
@@ -87,6 +91,9 @@ struct Config {
 
   struct Probe {
     bool enabled = true;
+    SyscallHookPolicy syscall_hook = SyscallHookPolicy::kAuto;
+    // on-drift: how long the hook stays attached after the last missing device is back.
+    Duration syscall_hook_linger{30000};
   } probe;
 
   struct Systemd {
@@ -109,6 +116,7 @@ std::string to_string(Mode m);
 std::string to_string(CgroupVersion v);
 std::string to_string(CgroupDriver d);
 std::string to_string(AllocationSource s);
+std::string to_string(SyscallHookPolicy p);
 std::string format_duration(Duration d);
 Result<Duration> parse_duration(std::string_view text);
 

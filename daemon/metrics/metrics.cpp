@@ -110,6 +110,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                        .Help("1 when the eBPF probe is loaded, 0 when the daemon runs on inotify alone.")
                        .Register(r)
                        .Add({});
+  syscall_hook_attached_ = &BuildGauge()
+                                .Name("gpu_devwatch_probe_syscall_hook_attached")
+                                .Help("1 while the probe's syscall hook is attached (denied opens, exact v2 program events, rule-write results); it slows every syscall on the node.")
+                                .Register(r)
+                                .Add({});
   pod_resources_calls_ = &BuildCounter()
                               .Name("gpu_devwatch_pod_resources_calls_total")
                               .Help("Calls to kubelet's PodResources List, by result (ok, socket-absent, deadline-exceeded, resource-exhausted, unavailable, other).")
@@ -293,6 +298,7 @@ void Metrics::update_checkpoint_lag() {
 }
 
 void Metrics::set_probe_loaded(bool loaded) { probe_loaded_->Set(loaded ? 1 : 0); }
+void Metrics::set_syscall_hook_attached(bool attached) { syscall_hook_attached_->Set(attached ? 1 : 0); }
 void Metrics::revocation(const std::string& writer) { revocations_->Add({{"writer", writer}}).Increment(); }
 void Metrics::denied_open(const ContainerLabels& c, const std::string& device) {
   container_counter(*denied_opens_, c, {{"device", device}}).Increment();

@@ -79,6 +79,7 @@ class Metrics {
 
   // eBPF probe
   void set_probe_loaded(bool loaded);
+  void set_syscall_hook_attached(bool attached);
   void revocation(const std::string& writer);
   void denied_open(const ContainerLabels& c, const std::string& device);
   void set_ring_buffer_drops(std::uint64_t total);
@@ -107,6 +108,7 @@ class Metrics {
   prometheus::Counter* inotify_overflows_;
   prometheus::Family<prometheus::Counter>* config_reloads_;
   prometheus::Gauge* probe_loaded_;
+  prometheus::Gauge* syscall_hook_attached_;
   prometheus::Family<prometheus::Counter>* pod_resources_calls_;
   // Created at the first call: a node that never asks PodResources exports neither.
   prometheus::Family<prometheus::Gauge>* pod_resources_up_;

@@ -2,6 +2,7 @@
 // BTF id (no tracefs needed), and one ring buffer. Not thread-safe: one thread, the
 // daemon's event loop, owns it.
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -41,20 +42,35 @@ Error load_error(const std::string& step, int err) {
   return Error{step + ": " + errno_text(err) + (tail.empty() ? "" : " (libbpf:" + tail.substr(2) + ")")};
 }
 
+// Whether the running kernel has the cap_capable tracepoint (added in 6.14).
+bool kernel_has_cap_capable_tracepoint() {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (!vmlinux) return false;
+  bool found = btf__find_by_name_kind(vmlinux, "btf_trace_cap_capable", BTF_KIND_TYPEDEF) >= 0;
+  btf__free(vmlinux);
+  return found;
+}
+
 class BpfProbe final : public Probe {
  public:
-  explicit BpfProbe(devwatch* skeleton) : skeleton_(skeleton) {}
+  BpfProbe(devwatch* skeleton, bool rule_writes_need_hook)
+      : skeleton_(skeleton), rule_writes_need_hook_(rule_writes_need_hook) {}
   ~BpfProbe() override {
     ring_buffer__free(ring_);
+    bpf_link__destroy(syscall_hook_);
     for (bpf_link* link : links_) bpf_link__destroy(link);
     devwatch::destroy(skeleton_);
   }
   BpfProbe(const BpfProbe&) = delete;
   BpfProbe& operator=(const BpfProbe&) = delete;
 
-  Status attach_all();
+  Status attach_always_on();
   Status remember_existing_device_links();
   Status open_ring_buffer();
+
+  Status set_syscall_hook(bool attached) override;
+  bool syscall_hook_attached() const override { return syscall_hook_ != nullptr; }
+  bool rule_writes_need_syscall_hook() const override { return rule_writes_need_hook_; }
 
   int fd() const override { return ring_buffer__epoll_fd(ring_); }
   Result<int> consume(const std::function<void(const ProbeEvent&)>& handler) override;
@@ -72,7 +88,9 @@ class BpfProbe final : public Probe {
   bool resolve_device(DeniedOpenEvent& event);
 
   devwatch* skeleton_;
+  bool rule_writes_need_hook_;
   std::vector<bpf_link*> links_;
+  bpf_link* syscall_hook_ = nullptr;
   ring_buffer* ring_ = nullptr;
   std::set<std::uint32_t> watched_majors_;
   // Set only while consume() runs.
@@ -83,9 +101,10 @@ class BpfProbe final : public Probe {
   std::uint64_t unresolved_denied_opens_ = 0;
 };
 
-Status BpfProbe::attach_all() {
+Status BpfProbe::attach_always_on() {
   bpf_program* program = nullptr;
   bpf_object__for_each_program(program, skeleton_->obj) {
+    if (program == skeleton_->progs.gdw_sys_exit || !bpf_program__autoload(program)) continue;
     clear_libbpf_log();
     bpf_link* link = bpf_program__attach(program);
     if (!link) {
@@ -95,6 +114,23 @@ Status BpfProbe::attach_all() {
     }
     links_.push_back(link);
   }
+  return {};
+}
+
+Status BpfProbe::set_syscall_hook(bool attached) {
+  if (attached == (syscall_hook_ != nullptr)) return {};
+  if (attached) {
+    clear_libbpf_log();
+    syscall_hook_ = bpf_program__attach(skeleton_->progs.gdw_sys_exit);
+    if (!syscall_hook_) return load_error("attaching the syscall hook (gdw_sys_exit, tp_btf/sys_exit)", -errno);
+    // Only now: a write passing its permission check before this has no exit to be seen.
+    skeleton_->bss->syscall_hook_attached = true;
+    return {};
+  }
+  // First: a write passing its permission check from now on expects no exit report.
+  skeleton_->bss->syscall_hook_attached = false;
+  bpf_link__destroy(syscall_hook_);
+  syscall_hook_ = nullptr;
   return {};
 }
 
@@ -241,7 +277,7 @@ ProbeStats BpfProbe::stats() const {
 
 }  // namespace
 
-Result<std::unique_ptr<Probe>> Probe::load() {
+Result<std::unique_ptr<Probe>> Probe::load(const ProbeOptions& options) {
   capture_libbpf_log();
   libbpf_set_strict_mode(LIBBPF_STRICT_ALL);
   if (::access(kKernelBtf, R_OK) != 0) {
@@ -251,10 +287,18 @@ Result<std::unique_ptr<Probe>> Probe::load() {
   clear_libbpf_log();
   devwatch* skeleton = devwatch::open();
   if (!skeleton) return load_error("opening the BPF probe object", -errno);
-  auto probe = std::make_unique<BpfProbe>(skeleton);
+  const bool rule_writes_need_hook = !options.use_capability_tracepoint || !kernel_has_cap_capable_tracepoint();
+  auto probe = std::make_unique<BpfProbe>(skeleton, rule_writes_need_hook);
+  if (rule_writes_need_hook) {
+    skeleton->rodata->rule_writes_at_syscall_exit = true;
+    bpf_program__set_autoload(skeleton->progs.gdw_cap_check, false);
+  }
   clear_libbpf_log();
   if (int err = devwatch::load(skeleton); err != 0) return load_error("loading the BPF probe", err);
-  if (auto attached = probe->attach_all(); !attached) return attached.error();
+  if (auto attached = probe->attach_always_on(); !attached) return attached.error();
+  if (options.syscall_hook) {
+    if (auto hooked = probe->set_syscall_hook(true); !hooked) return hooked.error();
+  }
   if (auto links = probe->remember_existing_device_links(); !links) return links.error();
   if (auto ring = probe->open_ring_buffer(); !ring) return ring.error();
   return std::unique_ptr<Probe>(std::move(probe));

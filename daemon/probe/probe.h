@@ -1,7 +1,16 @@
 // The eBPF probe (bpf/devwatch.bpf.c): tracepoint programs that report who writes device
-// rules, which opens of GPU nodes failed with EPERM, device-program (v2) attach/detach and
-// cgroup mkdir/rmdir. Events arrive through a BPF ring buffer whose epoll fd the daemon
-// polls in its own event loop; there is no reader thread.
+// rules, which opens of GPU nodes failed with EPERM, device-program (v2) loads and
+// attach/detach, and cgroup mkdir/rmdir. Events arrive through a BPF ring buffer whose
+// epoll fd the daemon polls in its own event loop; there is no reader thread.
+//
+// Two tiers, by what they cost the rest of the node:
+//  - always attached: the capability-check tracepoint (rule writes with writer and rule,
+//    device-program loads) and cgroup mkdir/rmdir. Unrelated syscalls never pass there.
+//  - the syscall hook (sys_exit), attached with set_syscall_hook(): denied opens, exact v2
+//    attach/detach/link events, and the results of rule writes. While it is attached
+//    every syscall on the machine takes the kernel's syscall-tracing slow path.
+// On kernels without the cap_capable tracepoint (< 6.14) rule writes are only seen, whole,
+// by the syscall hook (rule_writes_need_syscall_hook()).
 #pragma once
 
 #include <sys/types.h>
@@ -9,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -26,14 +36,35 @@ struct ProcessInfo {
   std::uint64_t devices_cgroup_id = 0;  // its cgroup v1 devices cgroup id, 0 when none
 };
 
-// A write to devices.allow / devices.deny (cgroup v1), seen at syscall exit.
+// A write to devices.allow / devices.deny (cgroup v1).
 struct RuleWriteEvent {
   ProcessInfo writer;
   std::uint64_t target_cgroup_id = 0;  // the cgroup whose file was written (directory inode)
   bool deny = false;                   // devices.deny (else devices.allow)
   std::string rule;                    // what was written, trailing newline removed
-  std::int64_t result = 0;             // syscall return: bytes written or -errno
-  std::uint64_t ktime_ns = 0;          // CLOCK_MONOTONIC at syscall exit
+  // Bytes written or -errno. Seen at the permission check, it is known only when that
+  // check refused the write (-EPERM); otherwise a RuleWriteResultEvent brings it while the
+  // syscall hook is attached.
+  std::optional<std::int64_t> result;
+  bool seen_at_syscall_exit = false;  // else at the kernel's CAP_SYS_ADMIN check
+  std::uint64_t ktime_ns = 0;         // CLOCK_MONOTONIC when seen
+};
+
+// The syscall result of a RuleWriteEvent that was reported without one.
+struct RuleWriteResultEvent {
+  pid_t pid = 0;
+  pid_t tid = 0;
+  std::uint64_t target_cgroup_id = 0;
+  std::int64_t result = 0;            // bytes written or -errno
+  std::uint64_t write_ktime_ns = 0;   // the RuleWriteEvent's ktime_ns
+};
+
+// bpf(BPF_PROG_LOAD) of a cgroup device program (cgroup v2), seen at its CAP_BPF check:
+// the caller is about to attach it somewhere. The attach itself is only seen by the
+// syscall hook (DeviceProgramEvent).
+struct DeviceProgramLoadEvent {
+  ProcessInfo caller;
+  std::uint64_t ktime_ns = 0;
 };
 
 // An open() of a character device that failed with EPERM inside a watched cgroup.
@@ -68,7 +99,8 @@ struct CgroupLifecycleEvent {
   std::string path;  // relative to the hierarchy root, as the tracepoint reports it
 };
 
-using ProbeEvent = std::variant<RuleWriteEvent, DeniedOpenEvent, DeviceProgramEvent, CgroupLifecycleEvent>;
+using ProbeEvent = std::variant<RuleWriteEvent, RuleWriteResultEvent, DeniedOpenEvent, DeviceProgramEvent,
+                                DeviceProgramLoadEvent, CgroupLifecycleEvent>;
 
 struct ProbeStats {
   std::uint64_t events = 0;
@@ -78,12 +110,28 @@ struct ProbeStats {
   std::uint64_t unresolved_denied_opens = 0;
 };
 
+struct ProbeOptions {
+  // Use the cap_capable tracepoint when the kernel has it. false: behave as on a kernel
+  // without it (rule writes only through the syscall hook).
+  bool use_capability_tracepoint = true;
+  // Attach the syscall hook at load (it can be attached and detached later).
+  bool syscall_hook = false;
+};
+
 class Probe {
  public:
-  // Loads and attaches every program. The error says why in words an operator can act on
-  // (no BTF, missing CAP_BPF/CAP_PERFMON, verifier rejection with the program name, ...).
-  static Result<std::unique_ptr<Probe>> load();
+  // Loads every program and attaches the always-on ones (and the syscall hook when
+  // options.syscall_hook). The error says why in words an operator can act on (no BTF,
+  // missing CAP_BPF/CAP_PERFMON, verifier rejection with the program name, ...).
+  static Result<std::unique_ptr<Probe>> load(const ProbeOptions& options = {});
   virtual ~Probe() = default;
+
+  // Attaches (true) or detaches (false) the syscall hook; nothing when already so.
+  virtual Status set_syscall_hook(bool attached) = 0;
+  virtual bool syscall_hook_attached() const = 0;
+  // True when rule writes are seen only while the syscall hook is attached (the kernel
+  // has no cap_capable tracepoint, or options said not to use it).
+  virtual bool rule_writes_need_syscall_hook() const = 0;
 
   // An fd that becomes readable when events are waiting (the ring buffer's epoll fd).
   virtual int fd() const = 0;
@@ -113,7 +161,12 @@ class Probe {
 namespace gdw {
 
 // Whether some process on this node has gpu-devwatch's probe loaded (its programs are
-// named gdw_sys_exit, gdw_cg_mkdir, gdw_cg_rmdir). Needs CAP_SYS_ADMIN to list programs.
-Result<bool> probe_loaded_on_node();
+// named gdw_sys_exit, gdw_cap_check, gdw_cg_mkdir, gdw_cg_rmdir), and whether its syscall
+// hook is attached (a link to gdw_sys_exit exists). Needs CAP_SYS_ADMIN to list them.
+struct ProbePresence {
+  bool loaded = false;
+  bool syscall_hook_attached = false;
+};
+Result<ProbePresence> probe_loaded_on_node();
 
 }  // namespace gdw

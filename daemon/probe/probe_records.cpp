@@ -50,7 +50,33 @@ Result<ProbeEvent> decode_rule_write(std::string_view record) {
   std::size_t len = raw->rule_len < sizeof(raw->rule) ? raw->rule_len : sizeof(raw->rule);
   event.rule.assign(raw->rule, len);
   while (!event.rule.empty() && (event.rule.back() == '\n' || event.rule.back() == '\0')) event.rule.pop_back();
+  switch (raw->seen_at) {
+    case GDW_SEEN_AT_PERMISSION_CHECK: event.seen_at_syscall_exit = false; break;
+    case GDW_SEEN_AT_SYSCALL_EXIT: event.seen_at_syscall_exit = true; break;
+    default: return Error{"probe record 'rule write' has unknown seen_at " + std::to_string(raw->seen_at)};
+  }
+  if (raw->result_known) event.result = raw->result;
+  event.ktime_ns = raw->header.ktime_ns;
+  return ProbeEvent{std::move(event)};
+}
+
+Result<ProbeEvent> decode_rule_write_result(std::string_view record) {
+  auto raw = read_record<gdw_rule_write_result_event>(record, "rule write result");
+  if (!raw) return raw.error();
+  RuleWriteResultEvent event;
+  event.pid = static_cast<pid_t>(raw->pid);
+  event.tid = static_cast<pid_t>(raw->tid);
+  event.target_cgroup_id = raw->target_cgroup_id;
   event.result = raw->result;
+  event.write_ktime_ns = raw->write_ktime_ns;
+  return ProbeEvent{event};
+}
+
+Result<ProbeEvent> decode_device_program_load(std::string_view record) {
+  auto raw = read_record<gdw_device_program_load_event>(record, "device program load");
+  if (!raw) return raw.error();
+  DeviceProgramLoadEvent event;
+  event.caller = to_process_info(raw->caller);
   event.ktime_ns = raw->header.ktime_ns;
   return ProbeEvent{std::move(event)};
 }
@@ -118,6 +144,8 @@ Result<ProbeEvent> decode_probe_record(std::string_view record) {
     case GDW_EVENT_DEVICE_PROGRAM: return decode_device_program(record);
     case GDW_EVENT_CGROUP_MKDIR: return decode_cgroup(record, true);
     case GDW_EVENT_CGROUP_RMDIR: return decode_cgroup(record, false);
+    case GDW_EVENT_RULE_WRITE_RESULT: return decode_rule_write_result(record);
+    case GDW_EVENT_DEVICE_PROGRAM_LOAD: return decode_device_program_load(record);
     default: return Error{"probe record has unknown type " + std::to_string(header.type)};
   }
 }

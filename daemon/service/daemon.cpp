@@ -177,11 +177,19 @@ void Daemon::reload_config() {
   if (!config_.probe.enabled && probe_) {
     probe_source_ = EventSource();
     probe_.reset();
+    hook_schedule_.reset();
+    hook_timer_.disarm();
     probe_status_ = "off (probe.enabled: false)";
   } else if (config_.probe.enabled && !probe_) {
     load_probe();
+  } else if (probe_) {
+    // probe.syscall_hook or its linger may have changed; the next update decides.
+    hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
+                           probe_->rule_writes_need_syscall_hook());
+    probe_status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
   }
   metrics_.set_probe_loaded(probe_ != nullptr);
+  metrics_.set_syscall_hook_attached(probe_ && probe_->syscall_hook_attached());
   start_node(config_);
   located_ = false;
   metrics_.config_reload(true);
@@ -591,7 +599,7 @@ void Daemon::schedule_retry(Watched& w, Clock::duration delay, Clock::time_point
   }
 }
 
-void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
+void Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Watched::Revocation* cause) {
   const std::string& dir = w.cgroup.cgroup_dir;
   const auto fields = fields_of(w.labels, dir);
   const auto now = Clock::now();
@@ -612,10 +620,18 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
   w.programs.clear();
   for (const auto& p : check.programs) ++w.programs[p.owner];
   std::set<DeviceNumber> missing_now;
+  bool newly_missing = false;
   for (const auto& m : check.missing) {
     missing_now.insert(m.dev);
     // Drift is a transition: counted when a device that was there goes missing.
-    if (!w.missing.count(m.dev) && now >= w.quiet_until) metrics_.drift(w.labels, m.name);
+    if (!w.missing.count(m.dev) && now >= w.quiet_until) {
+      metrics_.drift(w.labels, m.name);
+      newly_missing = true;
+    }
+  }
+  if (cause && newly_missing) {
+    w.last_revocation = *cause;
+    metrics_.revocation(cause->writer);
   }
   w.missing = missing_now;
   if (check.missing.empty()) {
@@ -688,11 +704,13 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger) {
   }
   if (granted.empty()) return;
   if (w.cgroup.leaf.driver == CgroupDriver::kSystemd) persist_in_systemd(w);
+  // An earlier repair still waiting for its attribution has its own cause (or none).
+  if (!w.unlogged_grants.empty() && w.unlogged_trigger != trigger) log_grants(w);
   w.unlogged_grants.insert(w.unlogged_grants.end(), granted.begin(), granted.end());
   if (w.unlogged_trigger == Clock::time_point{}) w.unlogged_trigger = trigger;
   // The probe's record of the revoking write can trail the inotify event by microseconds:
   // give it a moment so the log line can say who did it.
-  const bool attributed = w.last_revocation && w.last_revocation->at + kAttributionWindow >= trigger;
+  const bool attributed = w.last_revocation && explains(w.last_revocation->at, trigger);
   if (!probe_ || attributed) {
     log_grants(w);
     return;
@@ -745,7 +763,7 @@ void Daemon::log_grants(Watched& w) {
   f.rule = rules;
   std::string message = "granted back " + names;
   std::string writer;
-  if (w.last_revocation && w.last_revocation->at + kAttributionWindow >= w.unlogged_trigger) {
+  if (w.last_revocation && explains(w.last_revocation->at, w.unlogged_trigger)) {
     writer = w.last_revocation->writer;
     f.writer = writer;
     message += "; revoked by " + w.last_revocation->detail;
@@ -841,6 +859,7 @@ void Daemon::update_gauges() {
   metrics_.set_containers_missing_devices(missing);
   metrics_.set_containers_unidentified(unidentified);
   metrics_.set_containers_throttled(throttled);
+  maintain_syscall_hook(missing > 0);
   if (v2()) {
     for (ProgramOwner owner : {ProgramOwner::kOurs, ProgramOwner::kSystemd, ProgramOwner::kRuntime})
       metrics_.set_device_programs(to_string(owner), programs[owner]);

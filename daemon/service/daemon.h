@@ -18,6 +18,7 @@
 
 #include "core/config.h"
 #include "core/repair_policy.h"
+#include "core/syscall_hook_schedule.h"
 #include "metrics/metrics.h"
 #include "node/node_model.h"
 #include "node/device_repair.h"
@@ -73,6 +74,8 @@ class Daemon {
       std::string writer;  // recognised name (bounded)
       std::string detail;  // pid, comm, executable, rule: for the log line
       Clock::time_point at{};
+      pid_t tid = 0;               // rule writes: the writing thread and the probe's
+      std::uint64_t ktime_ns = 0;  // timestamp, to match the result that may follow
     };
     std::optional<Revocation> last_revocation;
     // A repair whose log line waits (briefly) for the probe to say who revoked.
@@ -113,7 +116,9 @@ class Daemon {
   void reload_inventory();
   void maybe_query_nvml();
 
-  void check_and_repair(Watched& w, Clock::time_point trigger);
+  // `cause`: who changed the container's device access, when the caller knows; named for
+  // devices this check finds newly missing.
+  void check_and_repair(Watched& w, Clock::time_point trigger, const Watched::Revocation* cause = nullptr);
   void check_all(Clock::time_point trigger, const std::function<bool(const Watched&)>& which);
   void schedule_retry(Watched& w, Clock::duration delay, Clock::time_point trigger);
   void update_gauges();
@@ -126,6 +131,12 @@ class Daemon {
   void load_probe();
   void on_probe();
   void on_rule_write(const RuleWriteEvent& ev);
+  void on_rule_write_result(const RuleWriteResultEvent& ev);
+  void on_device_program_load(const DeviceProgramLoadEvent& ev);
+  void sweep_device_programs();
+  // Attaches or detaches the probe's syscall hook per probe.syscall_hook; `drift`: some GPU
+  // container is missing devices now.
+  void maintain_syscall_hook(bool drift);
   void on_denied_open(const DeniedOpenEvent& ev);
   void on_cgroup_lifecycle(const CgroupLifecycleEvent& ev);
   void on_device_program(const DeviceProgramEvent& ev);
@@ -161,6 +172,14 @@ class Daemon {
   std::unique_ptr<Probe> probe_;
   std::string probe_status_ = "off (probe.enabled: false)";
   EventSource probe_source_;
+  std::optional<SyscallHookSchedule> hook_schedule_;
+  EventSource hook_timer_;
+  bool hook_error_logged_ = false;
+  // cgroup v2 without the syscall hook: a device program load announces an attach; the
+  // GPU containers' programs are re-read a few times after it (kProgramSweep).
+  EventSource program_sweep_timer_;
+  std::size_t program_sweep_step_ = 0;
+  std::optional<Watched::Revocation> program_loader_;
   std::set<std::uint32_t> probe_majors_;
   std::set<std::string> probe_paths_;
   std::map<std::uint64_t, std::string> dir_by_cgroup_id_;

@@ -6,12 +6,20 @@
 
 #include "core/desired_state.h"
 #include "log/log.h"
+#include "core/repair_policy.h"
 #include "metrics/metrics.h"
 
 namespace gdw::daemon_internal {
 
 // A revocation the probe saw at most this long before a repair's trigger caused it.
 inline constexpr std::chrono::seconds kAttributionWindow{1};
+
+// Whether a revocation seen at `at` can be what a repair triggered at `trigger` answered:
+// it came first (the probe's kernel timestamp and the trigger's are both CLOCK_MONOTONIC),
+// and not long before.
+inline bool explains(Clock::time_point at, Clock::time_point trigger) {
+  return at <= trigger && trigger - at <= kAttributionWindow;
+}
 
 inline std::string device_names(const std::vector<WantedDevice>& devices) {
   std::string s;

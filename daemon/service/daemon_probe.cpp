@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <variant>
 
@@ -19,12 +20,24 @@ using namespace daemon_internal;
 
 // Denied opens of one device in one container are logged at most this often.
 constexpr Clock::duration kDeniedOpenLogInterval = std::chrono::minutes(1);
+// cgroup v2 without the syscall hook: after a device program load (its attach follows
+// from the same process, normally within microseconds), the GPU containers' programs are
+// re-read at these delays after the latest load; program_query_interval stays the
+// fallback for an attach later than the last one.
+constexpr Clock::duration kProgramSweep[] = {std::chrono::milliseconds(1), std::chrono::milliseconds(10),
+                                             std::chrono::milliseconds(100), std::chrono::seconds(1)};
+
 
 // The process behind an event; its executable is read now, while it may still exist.
 WriterIdentity identify(const ProcessInfo& p) {
   char exe[4096];
   ssize_t len = ::readlink(("/proc/" + std::to_string(p.pid) + "/exe").c_str(), exe, sizeof exe - 1);
   return WriterIdentity{p.comm, p.parent_comm, len > 0 ? std::string(exe, static_cast<std::size_t>(len)) : "", p.pid};
+}
+
+// The probe's timestamps are CLOCK_MONOTONIC, as Clock (steady_clock) is.
+Clock::time_point from_ktime(std::uint64_t ktime_ns) {
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ktime_ns)));
 }
 
 }  // namespace
@@ -48,8 +61,50 @@ void Daemon::load_probe() {
   probe_source_ = std::move(*src);
   probe_majors_.clear();
   probe_paths_.clear();
-  probe_status_ = "loaded";
-  log::info("eBPF probe loaded: attributing rule writes, reporting denied opens");
+  hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
+                         probe_->rule_writes_need_syscall_hook());
+  hook_error_logged_ = false;
+  probe_status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
+  if (probe_->rule_writes_need_syscall_hook()) {
+    log::info("eBPF probe loaded; this kernel has no cap_capable tracepoint (< 6.14), so rule writers are named "
+              "only while the syscall hook is attached (probe.syscall_hook: " +
+              to_string(config_.probe.syscall_hook) + ")");
+  } else {
+    log::info("eBPF probe loaded: naming rule writers at the kernel's permission check; syscall hook (denied "
+              "opens) " + to_string(config_.probe.syscall_hook));
+  }
+  maintain_syscall_hook(false);
+}
+
+void Daemon::maintain_syscall_hook(bool drift) {
+  if (!probe_ || !hook_schedule_) return;
+  const auto now = Clock::now();
+  const auto decision = hook_schedule_->update(drift, now);
+  if (decision.attached != probe_->syscall_hook_attached()) {
+    if (auto s = probe_->set_syscall_hook(decision.attached); !s) {
+      if (!hook_error_logged_) log::error("probe: " + s.error().message + "; denied opens are not reported");
+      hook_error_logged_ = true;
+    } else {
+      hook_error_logged_ = false;
+      log::info(std::string("probe syscall hook ") + (decision.attached ? "attached" : "detached") + " (" +
+                decision.reason + ")" + (decision.attached ? ": reporting denied opens of GPU nodes" : ""));
+    }
+  }
+  metrics_.set_syscall_hook_attached(probe_->syscall_hook_attached());
+  if (!decision.recheck_at) {
+    hook_timer_.disarm();
+    return;
+  }
+  if (!hook_timer_) {
+    auto t = loop_->add_timer([this] { update_gauges(); }, "syscall-hook");
+    if (!t) {
+      log::error("cannot create the syscall-hook timer: " + t.error().message);
+      return;
+    }
+    hook_timer_ = std::move(*t);
+  }
+  const auto delay = *decision.recheck_at > now ? *decision.recheck_at - now : Clock::duration::zero();
+  arm_or_log(hook_timer_, delay + std::chrono::microseconds(1), "syscall-hook");
 }
 
 void Daemon::watch_in_probe(Watched& w) {
@@ -80,6 +135,10 @@ void Daemon::on_probe() {
           using T = std::decay_t<decltype(e)>;
           if constexpr (std::is_same_v<T, RuleWriteEvent>) {
             on_rule_write(e);
+          } else if constexpr (std::is_same_v<T, RuleWriteResultEvent>) {
+            on_rule_write_result(e);
+          } else if constexpr (std::is_same_v<T, DeviceProgramLoadEvent>) {
+            on_device_program_load(e);
           } else if constexpr (std::is_same_v<T, DeniedOpenEvent>) {
             on_denied_open(e);
           } else if constexpr (std::is_same_v<T, CgroupLifecycleEvent>) {
@@ -99,7 +158,11 @@ void Daemon::on_probe() {
 
 void Daemon::on_rule_write(const RuleWriteEvent& ev) {
   Watched* w = container_by_cgroup_id(ev.target_cgroup_id);
-  if (!w || w->target.kind != TargetKind::kGpu || !ev.deny || ev.result < 0) return;
+  // A write refused at the permission check is known to have failed; one seen before the
+  // kernel parsed it is taken at its word (a deny rule that parses is applied, bar a
+  // cgroup with children refusing "a"), and its result, when the hook reports it, can
+  // still withdraw the attribution.
+  if (!w || w->target.kind != TargetKind::kGpu || !ev.deny || (ev.result && *ev.result < 0)) return;
   if (ev.writer.pid == ::getpid()) return;
   auto rule = parse_device_rule(ev.rule);
   if (!rule) return;
@@ -117,10 +180,61 @@ void Daemon::on_rule_write(const RuleWriteEvent& ev) {
   r.detail = r.writer + " (pid " + std::to_string(ev.writer.pid) + ", comm " + ev.writer.comm +
              (who.exe.empty() ? "" : ", " + who.exe) + ", parent " + ev.writer.parent_comm + ") writing '" + ev.rule +
              "' to devices.deny";
-  r.at = Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ev.ktime_ns)));
+  r.at = from_ktime(ev.ktime_ns);
+  r.tid = ev.writer.tid;
+  r.ktime_ns = ev.ktime_ns;
   w->last_revocation = std::move(r);
   metrics_.revocation(w->last_revocation->writer);
   if (!w->unlogged_grants.empty()) log_grants(*w);
+}
+
+void Daemon::on_rule_write_result(const RuleWriteResultEvent& ev) {
+  if (ev.result >= 0) return;
+  Watched* w = container_by_cgroup_id(ev.target_cgroup_id);
+  if (!w || w->target.kind != TargetKind::kGpu) return;
+  log::debug("rule write by pid " + std::to_string(ev.pid) + " failed: " + std::strerror(static_cast<int>(-ev.result)),
+             fields_of(w->labels, w->cgroup.cgroup_dir));
+  // It revoked nothing: a repair must not name it.
+  if (w->last_revocation && w->last_revocation->tid == ev.tid && w->last_revocation->ktime_ns == ev.write_ktime_ns)
+    w->last_revocation.reset();
+}
+
+void Daemon::on_device_program_load(const DeviceProgramLoadEvent& ev) {
+  // With the syscall hook attached the attach itself is reported (on_device_program).
+  if (!v2() || ev.caller.pid == ::getpid() || probe_->syscall_hook_attached()) return;
+  const WriterIdentity who = identify(ev.caller);
+  Watched::Revocation r;
+  r.writer = recognise_writer(who);
+  r.detail = r.writer + " (pid " + std::to_string(ev.caller.pid) + ", comm " + ev.caller.comm +
+             (who.exe.empty() ? "" : ", " + who.exe) + ", parent " + ev.caller.parent_comm +
+             ") loading a device program";
+  r.at = from_ktime(ev.ktime_ns);
+  program_loader_ = std::move(r);
+  if (!program_sweep_timer_) {
+    auto t = loop_->add_timer([this] { sweep_device_programs(); }, "program-sweep");
+    if (!t) {
+      log::error("cannot create the program-sweep timer: " + t.error().message);
+      return;
+    }
+    program_sweep_timer_ = std::move(*t);
+  }
+  program_sweep_step_ = 0;
+  arm_or_log(program_sweep_timer_, kProgramSweep[0], "program-sweep");
+}
+
+void Daemon::sweep_device_programs() {
+  if (!v2()) return;
+  const Watched::Revocation* cause =
+      program_loader_ && explains(program_loader_->at, Clock::now()) ? &*program_loader_ : nullptr;
+  std::vector<std::string> dirs;
+  for (const auto& [dir, w] : containers_)
+    if (w.target.kind == TargetKind::kGpu) dirs.push_back(dir);
+  for (const auto& dir : dirs)
+    if (auto it = containers_.find(dir); it != containers_.end()) check_and_repair(it->second, Clock::now(), cause);
+  update_gauges();
+  if (++program_sweep_step_ < std::size(kProgramSweep))
+    arm_or_log(program_sweep_timer_, kProgramSweep[program_sweep_step_] - kProgramSweep[program_sweep_step_ - 1],
+               "program-sweep");
 }
 
 void Daemon::on_denied_open(const DeniedOpenEvent& ev) {
@@ -152,19 +266,14 @@ void Daemon::on_device_program(const DeviceProgramEvent& ev) {
                      : ev.command == Command::kLinkCreate ? "linking"
                      : ev.command == Command::kLinkUpdate ? "updating the link of"
                                                           : "detaching the link of";
-  // Only a change that leaves wanted devices denied is a revocation worth naming.
-  const DeviceCheck now = check_devices(*w);
-  if (now.ok() && !now.missing.empty()) {
-    const WriterIdentity who = identify(ev.caller);
-    Watched::Revocation r;
-    r.writer = recognise_writer(who);
-    r.detail = r.writer + " (pid " + std::to_string(ev.caller.pid) + ", comm " + ev.caller.comm +
-               (who.exe.empty() ? "" : ", " + who.exe) + ") " + what + " device program " + std::to_string(ev.prog_id);
-    r.at = Clock::now();
-    w->last_revocation = std::move(r);
-    metrics_.revocation(w->last_revocation->writer);
-  }
-  check_and_repair(*w, Clock::now());
+  const WriterIdentity who = identify(ev.caller);
+  Watched::Revocation r;
+  r.writer = recognise_writer(who);
+  r.detail = r.writer + " (pid " + std::to_string(ev.caller.pid) + ", comm " + ev.caller.comm +
+             (who.exe.empty() ? "" : ", " + who.exe) + ") " + what + " device program " + std::to_string(ev.prog_id);
+  r.at = from_ktime(ev.ktime_ns);
+  // Named only if the change leaves wanted devices denied.
+  check_and_repair(*w, Clock::now(), &r);
   update_gauges();
 }
 

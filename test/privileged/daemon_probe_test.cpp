@@ -10,6 +10,7 @@
 #include <sys/sysmacros.h>
 
 #include <cerrno>
+#include <map>
 #include <thread>
 
 #include "support/daemon_harness.h"
@@ -49,8 +50,8 @@ class DaemonWithProbe : public ::testing::Test {
     node_->write_checkpoint();
     daemon_ = std::make_unique<DaemonHarness>(*node_);
   }
-  void start(const std::string& extra = "") {
-    ASSERT_TRUE(daemon_->start(extra, /*probe=*/true)) << daemon_->output();
+  void start(const std::string& extra = "", const std::string& probe_extra = "") {
+    ASSERT_TRUE(daemon_->start(extra, /*probe=*/true, "", probe_extra)) << daemon_->output();
     if (daemon_->metric("gpu_devwatch_probe_loaded") != 1)
       GTEST_SKIP() << "the eBPF probe could not load here:\n" << daemon_->output();
   }
@@ -90,6 +91,9 @@ TEST_F(DaemonWithProbe, DeniedOpensInsideAGpuContainerAreCounted) {
   start("mode: observe\n");  // leave it denied
   node_->reapply_spec(*c_);
   ASSERT_TRUE(eventually([&] { return daemon_->metric("gpu_devwatch_containers_missing_devices") == 1; }));
+  // A device missing and not repaired: the syscall hook is attached to see the opens.
+  ASSERT_TRUE(eventually([&] { return daemon_->metric("gpu_devwatch_probe_syscall_hook_attached") == 1; }))
+      << daemon_->output();
   EXPECT_EQ(node_->open_errno(*c_, "nvidia0"), EPERM);
   EXPECT_TRUE(eventually([&] {
     return daemon_->metric("gpu_devwatch_denied_opens_total",
@@ -103,6 +107,75 @@ TEST_F(DaemonWithProbe, DeniedOpensInsideAGpuContainerAreCounted) {
   EXPECT_EQ(node_->cgroups().open_errno(c_->cgroup_rel, null_copy), EPERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(daemon_->metric("gpu_devwatch_denied_opens_total"), 1) << daemon_->metrics();
+}
+
+std::map<std::string, std::string> trainer_labels(const std::string& device) {
+  return {{"namespace", "ml"}, {"pod", "trainer-0"}, {"container", "trainer"}, {"device", device}};
+}
+
+TEST_F(DaemonWithProbe, TheSyscallHookIsAttachedOnlyWhileADeviceIsMissingAndForTheLinger) {
+  start("mode: observe\n", "  syscall_hook: on-drift\n  syscall_hook_linger: 1s\n");
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_probe_syscall_hook_attached"), 0) << "nothing missing: not attached";
+  // nvidia1 belongs to no container here: its EPERM is not seen while the hook is off.
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia1"), EPERM);
+
+  node_->reapply_spec(*c_);
+  ASSERT_TRUE(eventually([&] { return daemon_->metric("gpu_devwatch_probe_syscall_hook_attached") == 1; }))
+      << daemon_->output();
+  EXPECT_TRUE(daemon_->process().wait_for_output("probe syscall hook attached (a GPU container is missing devices)"))
+      << daemon_->output();
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia0"), EPERM);
+  EXPECT_TRUE(eventually([&] { return daemon_->metric("gpu_devwatch_denied_opens_total", trainer_labels("nvidia0")) == 1; }))
+      << daemon_->metrics();
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_denied_opens_total", trainer_labels("other")), -1)
+      << "the open before the hook was attached was counted";
+
+  // Someone else grants it back: whole again, the hook lingers, then goes.
+  for (const char* rule : {"c 195:0 rw", "c 195:255 rw", "c 237:0 rw", "c 237:1 rw"})
+    ASSERT_EQ(node_->cgroups().allow(c_->cgroup_rel, rule), 0) << rule;
+  ASSERT_TRUE(eventually([&] { return daemon_->metric("gpu_devwatch_containers_missing_devices") == 0; }))
+      << daemon_->output();
+  const auto healed = std::chrono::steady_clock::now();
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_probe_syscall_hook_attached"), 1) << "detached before the linger";
+  ASSERT_TRUE(eventually([&] { return daemon_->metric("gpu_devwatch_probe_syscall_hook_attached") == 0; }))
+      << daemon_->output();
+  EXPECT_GE(std::chrono::steady_clock::now() - healed, std::chrono::milliseconds(700));
+  EXPECT_TRUE(daemon_->process().wait_for_output("probe syscall hook detached (no GPU container is missing devices)"))
+      << daemon_->output();
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia1"), EPERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_denied_opens_total", trainer_labels("other")), -1)
+      << "an open after the hook was detached was counted";
+}
+
+TEST_F(DaemonWithProbe, ARepairedRevocationNeverAttachesTheSyscallHook) {
+  start();
+  revoke_as(*node_, *c_, "runc");
+  EXPECT_TRUE(daemon_->eventually_errno(*c_, "nvidia0", ENXIO)) << daemon_->output();
+  // Named at the permission check, without the hook.
+  EXPECT_TRUE(daemon_->process().wait_for_output("revoked by runc (pid")) << daemon_->output();
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_probe_syscall_hook_attached"), 0);
+  EXPECT_EQ(daemon_->output().find("probe syscall hook attached"), std::string::npos) << daemon_->output();
+}
+
+TEST_F(DaemonWithProbe, SyscallHookAlwaysAndOff) {
+  start("", "  syscall_hook: always\n");
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_probe_syscall_hook_attached"), 1);
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia1"), EPERM);  // not this container's GPU
+  EXPECT_TRUE(eventually([&] { return daemon_->metric("gpu_devwatch_denied_opens_total", trainer_labels("other")) == 1; }))
+      << daemon_->metrics();
+  auto r = run_command({GDW_BINARY, "check", "--config", daemon_->config_path()});
+  EXPECT_NE(r.out.find("syscall hook attached"), std::string::npos) << r.out;
+  daemon_->stop();
+
+  auto off = std::make_unique<DaemonHarness>(*node_);
+  ASSERT_TRUE(off->start("mode: observe\n", /*probe=*/true, "", "  syscall_hook: off\n")) << off->output();
+  node_->reapply_spec(*c_);
+  ASSERT_TRUE(eventually([&] { return off->metric("gpu_devwatch_containers_missing_devices") == 1; }));
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia0"), EPERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(off->metric("gpu_devwatch_probe_syscall_hook_attached"), 0);
+  EXPECT_EQ(off->metric("gpu_devwatch_denied_opens_total", trainer_labels("nvidia0")), -1);
 }
 
 TEST(DaemonWithoutProbe, WithoutBpfCapabilitiesItWarnsOnceAndKeepsWatching) {

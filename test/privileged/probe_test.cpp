@@ -1,13 +1,16 @@
-// The eBPF probe on the real kernel: rule writes to devices.allow/deny (v1), denied opens
-// of GPU nodes in watched cgroups, device-program attach/detach (v2) and cgroup
-// mkdir/rmdir. Other test runs may share the kernel, so every assertion only looks at
-// events from this test's own processes and cgroups.
+// The eBPF probe on the real kernel: rule writes to devices.allow/deny (v1) at the
+// permission check and at syscall exit, denied opens of GPU nodes in watched cgroups,
+// device-program loads and attach/detach (v2), cgroup mkdir/rmdir, and what the syscall
+// hook adds when attached. Other test runs may share the kernel, so every assertion only
+// looks at events from this test's own processes and cgroups.
 #include <bpf/bpf.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
 #include <poll.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
@@ -20,6 +23,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -102,11 +106,14 @@ class EventLog {
   std::vector<ProbeEvent> events_;
 };
 
+// The probe as the daemon loads it by default: the syscall hook detached.
 class ProbeTest : public ::testing::Test {
  protected:
+  virtual ProbeOptions options() const { return {}; }
+
   void SetUp() override {
     if (!test::is_root()) GTEST_SKIP() << "needs root: loads BPF programs and creates cgroups";
-    auto loaded = Probe::load();
+    auto loaded = Probe::load(options());
     if (!loaded) {
       const std::string& why = loaded.error().message;
       if (why.find("permission denied") != std::string::npos || why.find("BTF is not available") != std::string::npos) {
@@ -120,6 +127,18 @@ class ProbeTest : public ::testing::Test {
 
   std::unique_ptr<Probe> probe_;
   std::optional<EventLog> log_;
+};
+
+// The syscall hook attached, as the daemon does while a GPU container misses devices.
+class ProbeWithHookTest : public ProbeTest {
+ protected:
+  ProbeOptions options() const override { return {.use_capability_tracepoint = true, .syscall_hook = true}; }
+};
+
+// As on a kernel without the cap_capable tracepoint (< 6.14): everything at syscall exit.
+class ProbeAtSyscallExitTest : public ProbeTest {
+ protected:
+  ProbeOptions options() const override { return {.use_capability_tracepoint = false, .syscall_hook = true}; }
 };
 
 TEST(ProbeLoad, WithoutPrivilegeSaysWhatIsMissing) {
@@ -159,10 +178,20 @@ struct WriterRun {
   long result = 0;  // what the syscall returned in the child: bytes or -errno
 };
 
+// Clears CAP_SYS_ADMIN from the calling thread's effective set (root keeps its uid, so
+// opening root's files still works).
+bool drop_effective_sys_admin() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &header, data) != 0) return false;
+  data[CAP_SYS_ADMIN / 32].effective &= ~(1u << (CAP_SYS_ADMIN % 32));
+  return ::syscall(SYS_capset, &header, data) == 0;
+}
+
 // A child named "gdw-rule-writer" joins `writer_cgroup` (devices hierarchy) and writes
-// `rule` to `file` with the given syscall.
+// `rule` to `file` with the given syscall (after dropping CAP_SYS_ADMIN, if asked).
 WriterRun write_rule_from_child(const std::string& writer_cgroup, const std::string& file, const std::string& rule,
-                                WriteCall call) {
+                                WriteCall call, bool without_sys_admin = false) {
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return {};
   pid_t pid = ::fork();
@@ -171,6 +200,10 @@ WriterRun write_rule_from_child(const std::string& writer_cgroup, const std::str
     long result = -1000;
     if (test::move_to_cgroup(writer_cgroup, ::getpid()) == 0) {
       int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd >= 0 && without_sys_admin && !drop_effective_sys_admin()) {
+        ::close(fd);
+        fd = -1;
+      }
       if (fd >= 0) {
         ssize_t n = -1;
         switch (call) {
@@ -196,14 +229,25 @@ WriterRun write_rule_from_child(const std::string& writer_cgroup, const std::str
   return run;
 }
 
-class ProbeRuleWriteTest : public ProbeTest, public ::testing::WithParamInterface<WriteCall> {};
+// Where the write is seen: at the permission check with or without the syscall hook, or
+// (kernels without cap_capable) at syscall exit.
+enum class Tier { kPermissionCheck, kPermissionCheckAndHook, kSyscallExit };
+
+class ProbeRuleWriteTest : public ProbeTest, public ::testing::WithParamInterface<std::tuple<WriteCall, Tier>> {
+ protected:
+  Tier tier() const { return std::get<1>(GetParam()); }
+  ProbeOptions options() const override {
+    return {.use_capability_tracepoint = tier() != Tier::kSyscallExit, .syscall_hook = tier() != Tier::kPermissionCheck};
+  }
+};
 
 TEST_P(ProbeRuleWriteTest, ReportsWriterRuleTargetAndResult) {
+  EXPECT_EQ(probe_->rule_writes_need_syscall_hook(), tier() == Tier::kSyscallExit);
   CgroupSandbox sandbox("devices", "probe-rule");
   std::string target = sandbox.make("target");
   std::string writer_cgroup = sandbox.make("writer");
 
-  WriterRun run = write_rule_from_child(writer_cgroup, target + "/devices.deny", "c 195:3 rwm\n", GetParam());
+  WriterRun run = write_rule_from_child(writer_cgroup, target + "/devices.deny", "c 195:3 rwm\n", std::get<0>(GetParam()));
   ASSERT_EQ(run.result, 12) << "the rule write itself failed";
 
   auto event = log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == run.pid; });
@@ -217,37 +261,101 @@ TEST_P(ProbeRuleWriteTest, ReportsWriterRuleTargetAndResult) {
   EXPECT_EQ(event->target_cgroup_id, inode_of(target));
   EXPECT_TRUE(event->deny);
   EXPECT_EQ(event->rule, "c 195:3 rwm");
-  EXPECT_EQ(event->result, 12);
   EXPECT_GT(event->ktime_ns, 0u);
+  EXPECT_EQ(event->seen_at_syscall_exit, tier() == Tier::kSyscallExit);
+
+  switch (tier()) {
+    case Tier::kSyscallExit:
+      EXPECT_EQ(event->result, 12);
+      break;
+    case Tier::kPermissionCheckAndHook: {
+      EXPECT_FALSE(event->result) << "the kernel had not parsed the rule yet";
+      auto result = log_->wait_for<RuleWriteResultEvent>([&](const RuleWriteResultEvent& e) { return e.pid == run.pid; });
+      ASSERT_TRUE(result) << "the syscall hook did not report the write's result";
+      EXPECT_EQ(result->tid, run.pid);
+      EXPECT_EQ(result->result, 12);
+      EXPECT_EQ(result->target_cgroup_id, inode_of(target));
+      EXPECT_EQ(result->write_ktime_ns, event->ktime_ns);
+      break;
+    }
+    case Tier::kPermissionCheck: {
+      EXPECT_FALSE(event->result);
+      // The fence: a later write's event; no result for the first can come after it.
+      WriterRun fence = write_rule_from_child(writer_cgroup, target + "/devices.allow", "c 195:0 rw", WriteCall::kWrite);
+      ASSERT_TRUE(log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == fence.pid; }));
+      EXPECT_TRUE(log_->all<RuleWriteResultEvent>([&](const RuleWriteResultEvent& e) { return e.pid == run.pid; }).empty())
+          << "a result without the syscall hook";
+      break;
+    }
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Syscalls, ProbeRuleWriteTest,
-                         ::testing::Values(WriteCall::kWrite, WriteCall::kPwrite, WriteCall::kWritev),
-                         [](const auto& info) {
-                           switch (info.param) {
-                             case WriteCall::kWrite: return std::string("write");
-                             case WriteCall::kPwrite: return std::string("pwrite");
-                             case WriteCall::kWritev: return std::string("writev");
-                           }
-                           return std::string("unknown");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Syscalls, ProbeRuleWriteTest,
+    ::testing::Combine(::testing::Values(WriteCall::kWrite, WriteCall::kPwrite, WriteCall::kWritev),
+                       ::testing::Values(Tier::kPermissionCheck, Tier::kPermissionCheckAndHook, Tier::kSyscallExit)),
+    [](const auto& info) {
+      std::string name;
+      switch (std::get<0>(info.param)) {
+        case WriteCall::kWrite: name = "write"; break;
+        case WriteCall::kPwrite: name = "pwrite"; break;
+        case WriteCall::kWritev: name = "writev"; break;
+      }
+      switch (std::get<1>(info.param)) {
+        case Tier::kPermissionCheck: return name + "_AtPermissionCheck";
+        case Tier::kPermissionCheckAndHook: return name + "_AtPermissionCheckWithHook";
+        case Tier::kSyscallExit: return name + "_AtSyscallExit";
+      }
+      return name;
+    });
 
-TEST_F(ProbeTest, RejectedRuleWriteCarriesTheError) {
-  CgroupSandbox sandbox("devices", "probe-reject");
+TEST_F(ProbeTest, WriteRefusedAtThePermissionCheckCarriesEpermWithoutTheHook) {
+  CgroupSandbox sandbox("devices", "probe-nocap");
+  std::string target = sandbox.make("target");
+  WriterRun run = write_rule_from_child(sandbox.make("writer"), target + "/devices.deny", "c 195:3 rwm",
+                                        WriteCall::kWrite, /*without_sys_admin=*/true);
+  ASSERT_EQ(run.result, -EPERM);
+  auto event = log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == run.pid; });
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->rule, "c 195:3 rwm");
+  EXPECT_EQ(event->result, -EPERM) << "refused by the CAP_SYS_ADMIN check: known at once";
+  EXPECT_EQ(event->target_cgroup_id, inode_of(target));
+}
+
+// A child cgroup can never allow what its parent denies: the kernel answers EPERM after
+// parsing the rule, past the permission check.
+WriterRun allow_beyond_the_parent(CgroupSandbox& sandbox) {
   sandbox.make("strict");
-  ASSERT_EQ(sandbox.deny("strict", "a"), 0);  // "a" is refused once a cgroup has children
-  sandbox.make("strict/child");                // inherits the deny-all
-  // A child cgroup can never allow what its parent denies: the kernel answers EPERM.
-  WriterRun run = write_rule_from_child(sandbox.path("strict"), sandbox.path("strict/child") + "/devices.allow",
-                                        "c 1:3 rwm", WriteCall::kWrite);
+  EXPECT_EQ(sandbox.deny("strict", "a"), 0);  // "a" is refused once a cgroup has children
+  sandbox.make("strict/child");               // inherits the deny-all
+  return write_rule_from_child(sandbox.path("strict"), sandbox.path("strict/child") + "/devices.allow", "c 1:3 rwm",
+                               WriteCall::kWrite);
+}
+
+TEST_F(ProbeWithHookTest, RejectedRuleWriteResultCarriesTheError) {
+  CgroupSandbox sandbox("devices", "probe-reject");
+  WriterRun run = allow_beyond_the_parent(sandbox);
   ASSERT_EQ(run.result, -EPERM);
 
   auto event = log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == run.pid; });
   ASSERT_TRUE(event);
   EXPECT_FALSE(event->deny);
   EXPECT_EQ(event->rule, "c 1:3 rwm");
-  EXPECT_EQ(event->result, -EPERM);
+  EXPECT_FALSE(event->result) << "passed the permission check";
   EXPECT_EQ(event->target_cgroup_id, inode_of(sandbox.path("strict/child")));
+  auto result = log_->wait_for<RuleWriteResultEvent>([&](const RuleWriteResultEvent& e) { return e.pid == run.pid; });
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->result, -EPERM);
+}
+
+TEST_F(ProbeAtSyscallExitTest, RejectedRuleWriteCarriesTheError) {
+  CgroupSandbox sandbox("devices", "probe-reject");
+  WriterRun run = allow_beyond_the_parent(sandbox);
+  ASSERT_EQ(run.result, -EPERM);
+  auto event = log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == run.pid; });
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->result, -EPERM);
+  EXPECT_TRUE(event->seen_at_syscall_exit);
 }
 
 TEST_F(ProbeTest, WritesToOtherCgroupFilesAreNotReported) {
@@ -308,8 +416,11 @@ class HeldOpener {
   int open_errno_ = -1;
 };
 
+// Denied opens are the syscall hook's; most tests here have it attached from the start.
 class ProbeDeniedOpenTest : public ProbeTest {
  protected:
+  ProbeOptions options() const override { return {.use_capability_tracepoint = true, .syscall_hook = hooked_}; }
+
   void SetUp() override {
     ProbeTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
@@ -336,6 +447,7 @@ class ProbeDeniedOpenTest : public ProbeTest {
 
   bool from_this_test(const DeniedOpenEvent& e) const { return e.path.rfind(nodes_.path(), 0) == 0; }
 
+  bool hooked_ = true;
   TempDir nodes_{"gdw-probe-nodes"};
   std::optional<CgroupSandbox> sandbox_;
   std::string watched_, unwatched_, denied_gpu_, allowed_gpu_, null_copy_;
@@ -402,6 +514,40 @@ TEST_F(ProbeDeniedOpenTest, UnwatchedCgroupStopsReporting) {
   EXPECT_EQ(log_->all<DeniedOpenEvent>([&](const DeniedOpenEvent& e) { return from_this_test(e); }).size(), 1u);
 }
 
+class ProbeDeniedOpenWithoutHookTest : public ProbeDeniedOpenTest {
+ protected:
+  ProbeDeniedOpenWithoutHookTest() { hooked_ = false; }
+
+  // A rule write after the opens: its event comes after anything they produced.
+  void fence() {
+    WriterRun run = write_rule_from_child(unwatched_, unwatched_ + "/devices.allow", "c 195:8 rwm", WriteCall::kWrite);
+    ASSERT_TRUE(log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == run.pid; }));
+  }
+  std::size_t denied_opens() const {
+    return log_->all<DeniedOpenEvent>([&](const DeniedOpenEvent& e) { return from_this_test(e); }).size();
+  }
+};
+
+TEST_F(ProbeDeniedOpenWithoutHookTest, ReportedOnlyWhileTheHookIsAttached) {
+  ASSERT_FALSE(probe_->syscall_hook_attached());
+  EXPECT_EQ(sandbox_->open_errno("watched", denied_gpu_), EPERM);
+  fence();
+  EXPECT_EQ(denied_opens(), 0u) << "no syscall hook, no denied-open events";
+
+  ASSERT_TRUE(probe_->set_syscall_hook(true));
+  EXPECT_TRUE(probe_->syscall_hook_attached());
+  EXPECT_EQ(sandbox_->open_errno("watched", denied_gpu_), EPERM);
+  auto event = log_->wait_for<DeniedOpenEvent>([&](const DeniedOpenEvent& e) { return from_this_test(e); });
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->minor, 7u);
+
+  ASSERT_TRUE(probe_->set_syscall_hook(false));
+  EXPECT_FALSE(probe_->syscall_hook_attached());
+  EXPECT_EQ(sandbox_->open_errno("watched", denied_gpu_), EPERM);
+  fence();
+  EXPECT_EQ(denied_opens(), 1u) << "reported after the hook was detached";
+}
+
 // ---- v2 device programs ---------------------------------------------------------------------
 
 // A BPF_PROG_TYPE_CGROUP_DEVICE program that allows everything ("r0 = 1; exit").
@@ -420,8 +566,11 @@ std::uint32_t prog_id(int prog_fd) {
   return info.id;
 }
 
+// Attach/detach events are the syscall hook's.
 class ProbeDeviceProgramTest : public ProbeTest {
  protected:
+  ProbeOptions options() const override { return {.use_capability_tracepoint = true, .syscall_hook = true}; }
+
   void SetUp() override {
     ProbeTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
@@ -525,7 +674,7 @@ TEST_F(ProbeDeviceProgramTest, LinkCreateUpdateDetach) {
 TEST_F(ProbeDeviceProgramTest, LinkMadeBeforeTheProbeStillNamesItsCgroupWhenUpdatedAndDetached) {
   int link = bpf_link_create(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, nullptr);
   ASSERT_GE(link, 0) << std::strerror(errno);
-  auto late = Probe::load();  // sees the link only through its listing at load
+  auto late = Probe::load(options());  // sees the link only through its listing at load
   ASSERT_TRUE(late) << late.error().message;
   ASSERT_EQ(bpf_link_update(link, second_prog_, nullptr), 0);
   ASSERT_EQ(bpf_link_detach(link), 0);
@@ -543,6 +692,31 @@ TEST_F(ProbeDeviceProgramTest, LinkMadeBeforeTheProbeStillNamesItsCgroupWhenUpda
   auto detach = late_log.wait_for<DeviceProgramEvent>(mine(DeviceProgramEvent::Command::kLinkDetach));
   ASSERT_TRUE(detach) << "the detached link's cgroup was not remembered";
   EXPECT_EQ(detach->prog_id, prog_id(second_prog_));
+}
+
+TEST_F(ProbeTest, DeviceProgramLoadIsReportedWithoutTheHook) {
+  const bpf_insn accept[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  // A socket filter first: not a device program, not reported.
+  int filter = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "gdw_test_sock", "GPL", accept, 2, nullptr);
+  ASSERT_GE(filter, 0) << std::strerror(errno);
+  ::close(filter);
+  int device = load_allow_all_device_program();
+  ASSERT_GE(device, 0) << std::strerror(errno);
+
+  auto load = log_->wait_for<DeviceProgramLoadEvent>(
+      [&](const DeviceProgramLoadEvent& e) { return e.caller.pid == ::getpid(); });
+  ASSERT_TRUE(load);
+  EXPECT_EQ(load->caller.comm, own_comm());
+  EXPECT_GT(load->ktime_ns, 0u);
+  EXPECT_EQ(log_->all<DeviceProgramLoadEvent>([&](const DeviceProgramLoadEvent& e) {
+              return e.caller.pid == ::getpid();
+            }).size(),
+            1u)
+      << "the socket filter was reported too";
+  ::close(device);
 }
 
 // ---- cgroup lifecycle -----------------------------------------------------------------------

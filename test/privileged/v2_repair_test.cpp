@@ -61,18 +61,34 @@ TEST_F(V2Repair, CheckFindsTheAndedProgramAndRepairKeepsTheSpec) {
   EXPECT_EQ(after.exit_code, 0) << after.out << after.err;
 }
 
-TEST_F(V2Repair, TheDaemonRepairsOnTheProbesAttachEvent) {
+// Without the syscall hook (the default while nothing is missing) the probe sees the
+// program load at its CAP_BPF check and the daemon re-reads the programs right after; with
+// the hook it sees the attach itself. Either way the repair comes within milliseconds, not
+// at the next program_query_interval, and names who did it.
+class V2RepairOnProbeEvents : public V2Repair, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
+  const std::string hook = GetParam();
   DaemonHarness daemon(*node_);
   // A long query interval: the repair must come from the probe's event, not the timer.
-  ASSERT_TRUE(daemon.start("daemon:\n  program_query_interval: 1h\n", /*probe=*/true)) << daemon.output();
+  ASSERT_TRUE(daemon.start("daemon:\n  program_query_interval: 1h\n", /*probe=*/true, "",
+                           "  syscall_hook: " + hook + "\n"))
+      << daemon.output();
   if (daemon.metric("gpu_devwatch_probe_loaded") != 1) GTEST_SKIP() << "probe not loadable:\n" << daemon.output();
-  node_->reapply_spec(*c_);
+  // The runtime's program denies the GPU from the start; the startup repair replaces it.
+  ASSERT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_probe_syscall_hook_attached"), hook == "always" ? 1 : 0);
+
+  node_->reapply_spec(*c_);  // systemd's reload: a new ANDed program
   EXPECT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
   EXPECT_EQ(node_->open_errno(*c_, "mem"), EPERM);
   EXPECT_EQ(node_->open_errno(*c_, "nvidia1"), EPERM);
   EXPECT_GE(daemon.metric("gpu_devwatch_regrants_total", {{"method", "bpf"}, {"result", "success"}}), 1);
   EXPECT_GE(daemon.metric("gpu_devwatch_drift_total", {{"device", "nvidia0"}}), 1);
-  EXPECT_TRUE(daemon.process().wait_for_output("attaching device program")) << daemon.output();
+  const char* how = hook == "always" ? ") attaching device program" : ") loading a device program";
+  EXPECT_TRUE(daemon.process().wait_for_output(how)) << daemon.output();
+  // The startup repair had no cause to name: its line does not borrow the later one's.
+  EXPECT_EQ(daemon.output().find("tools,nvidia0"), std::string::npos) << daemon.output();
   // The runtime's and systemd's programs were replaced by ours.
   EXPECT_GE(daemon.metric("gpu_devwatch_device_programs_replaced_total"), 2);
   EXPECT_TRUE(eventually([&] {
@@ -81,6 +97,9 @@ TEST_F(V2Repair, TheDaemonRepairsOnTheProbesAttachEvent) {
            daemon.metric("gpu_devwatch_device_programs", {{"owner", "systemd"}}) == 0;
   })) << daemon.metrics();
 }
+
+INSTANTIATE_TEST_SUITE_P(SyscallHook, V2RepairOnProbeEvents, ::testing::Values("on-drift", "always"),
+                         [](const auto& info) { return std::string(info.param) == "always" ? "Attached" : "Detached"; });
 
 TEST_F(V2Repair, WithoutTheProbeThePeriodicQueryRepairs) {
   DaemonHarness daemon(*node_);

@@ -4,9 +4,10 @@
 
 namespace gdw::test {
 
-bool DaemonHarness::start(const std::string& extra, bool probe, const std::string& kubelet_extra) {
+bool DaemonHarness::start(const std::string& extra, bool probe, const std::string& kubelet_extra,
+                          const std::string& probe_extra) {
   config_ = node_.write_config("metrics:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\nprobe:\n  enabled: " +
-                               (probe ? "true" : "false") + "\nlog:\n  level: debug\n" + extra,
+                                   (probe ? "true" : "false") + "\n" + probe_extra + "log:\n  level: debug\n" + extra,
                                kubelet_extra);
   daemon_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{GDW_BINARY, "run", "--config", config_});
   if (!daemon_->wait_for_output(" ready", 15s)) return false;

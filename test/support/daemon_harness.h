@@ -16,9 +16,11 @@ class DaemonHarness {
   explicit DaemonHarness(SandboxNode& node) : node_(node), port_(free_port()) {}
   ~DaemonHarness() { stop(); }
 
-  // Writes a config (metrics on a free loopback port, probe off unless `extra` says so,
-  // debug logs) and starts `gpu-devwatch run`; waits for "ready".
-  bool start(const std::string& extra = "", bool probe = false, const std::string& kubelet_extra = "");
+  // Writes a config (metrics on a free loopback port, the probe on when `probe`, debug
+  // logs, then `extra`; `probe_extra`: more keys of the probe section, e.g.
+  // "  syscall_hook: always\n") and starts `gpu-devwatch run`; waits for "ready".
+  bool start(const std::string& extra = "", bool probe = false, const std::string& kubelet_extra = "",
+             const std::string& probe_extra = "");
   // SIGTERM and wait; returns the exit code.
   int stop();
 

@@ -20,6 +20,8 @@ TEST(Config, EmptyDocumentGivesDefaults) {
             (std::vector<std::string>{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}));
   EXPECT_EQ(c->runtime.state_dirs.size(), 2u);
   EXPECT_EQ(c->daemon.resync_interval, Duration(60000));
+  EXPECT_EQ(c->probe.syscall_hook, SyscallHookPolicy::kAuto);
+  EXPECT_EQ(c->probe.syscall_hook_linger, Duration(30000));
 }
 
 TEST(Config, ReadsEveryKind) {
@@ -45,6 +47,8 @@ metrics:
   listen: "127.0.0.1:9100"
 probe:
   enabled: false
+  syscall_hook: on-drift
+  syscall_hook_linger: 0s
 )",
                         "ok.yaml");
   ASSERT_TRUE(c.ok()) << c.error().message;
@@ -58,6 +62,8 @@ probe:
   EXPECT_EQ(c->daemon.resync_interval, Duration(120000));
   EXPECT_EQ(c->metrics.listen, "127.0.0.1:9100");
   EXPECT_FALSE(c->probe.enabled);
+  EXPECT_EQ(c->probe.syscall_hook, SyscallHookPolicy::kOnDrift);
+  EXPECT_EQ(c->probe.syscall_hook_linger, Duration(0));
 }
 
 struct BadCase {
@@ -77,6 +83,9 @@ TEST(Config, ErrorsNameTheKeyAndTheLine) {
       {"daemon:\n  resync_interval: 10ms\n", "bad.yaml:2: daemon.resync_interval: must be between 1s and"},
       {"metrics:\n  listen: 0.0.0.0:70000\n", "bad.yaml:2: metrics.listen: port must be 1-65535"},
       {"probe:\n  enabled: maybe\n", "bad.yaml:2: probe.enabled: expected true or false"},
+      {"probe:\n  syscall_hook: sometimes\n",
+       "bad.yaml:2: probe.syscall_hook: must be one of auto | always | on-drift | off, got 'sometimes'"},
+      {"probe:\n  syscall_hook_linger: 2d\n", "bad.yaml:2: probe.syscall_hook_linger:"},
       {"repair:\n  burst: 0\n", "bad.yaml:2: repair.burst: must be between 1"},
       {"repair:\n  burst: -3\n", "bad.yaml:2: repair.burst: expected an integer"},
       {"cgroup: /sys\n", "bad.yaml:1: cgroup: expected a mapping"},

@@ -38,6 +38,8 @@ TEST(ProbeRecords, RuleWriteWithTrailingNewlineAndFullComm) {
   raw.writer = sample_process();
   raw.target_cgroup_id = 555;
   raw.result = 12;
+  raw.result_known = 1;
+  raw.seen_at = GDW_SEEN_AT_SYSCALL_EXIT;
   raw.deny = 1;
   raw.rule_len = 12;
   std::memcpy(raw.rule, "c 195:3 rwm\n", 12);
@@ -48,6 +50,7 @@ TEST(ProbeRecords, RuleWriteWithTrailingNewlineAndFullComm) {
   EXPECT_EQ(event.rule, "c 195:3 rwm");
   EXPECT_TRUE(event.deny);
   EXPECT_EQ(event.result, 12);
+  EXPECT_TRUE(event.seen_at_syscall_exit);
   EXPECT_EQ(event.target_cgroup_id, 555u);
   EXPECT_EQ(event.ktime_ns, 123u);
   EXPECT_EQ(event.writer.pid, 4242);
@@ -58,9 +61,63 @@ TEST(ProbeRecords, RuleWriteWithTrailingNewlineAndFullComm) {
   EXPECT_EQ(event.writer.devices_cgroup_id, 9u);
 }
 
+TEST(ProbeRecords, RuleWriteSeenAtThePermissionCheckHasNoResultUnlessRefused) {
+  gdw_rule_write_event raw{};
+  raw.header.type = GDW_EVENT_RULE_WRITE;
+  raw.seen_at = GDW_SEEN_AT_PERMISSION_CHECK;
+  raw.result = 0;
+  raw.result_known = 0;
+  auto pending = decode_probe_record(bytes_of(raw));
+  ASSERT_TRUE(pending) << pending.error().message;
+  EXPECT_FALSE(std::get<RuleWriteEvent>(*pending).seen_at_syscall_exit);
+  EXPECT_FALSE(std::get<RuleWriteEvent>(*pending).result.has_value());
+
+  raw.result = -1;
+  raw.result_known = 1;
+  auto refused = decode_probe_record(bytes_of(raw));
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(std::get<RuleWriteEvent>(*refused).result, -1);
+
+  raw.seen_at = 7;
+  auto unknown = decode_probe_record(bytes_of(raw));
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("seen_at 7"), std::string::npos) << unknown.error().message;
+}
+
+TEST(ProbeRecords, RuleWriteResultAndDeviceProgramLoad) {
+  gdw_rule_write_result_event result{};
+  result.header.type = GDW_EVENT_RULE_WRITE_RESULT;
+  result.pid = 10;
+  result.tid = 11;
+  result.target_cgroup_id = 555;
+  result.result = -22;
+  result.write_ktime_ns = 99;
+  auto decoded = decode_probe_record(bytes_of(result));
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  const auto& r = std::get<RuleWriteResultEvent>(*decoded);
+  EXPECT_EQ(r.pid, 10);
+  EXPECT_EQ(r.tid, 11);
+  EXPECT_EQ(r.target_cgroup_id, 555u);
+  EXPECT_EQ(r.result, -22);
+  EXPECT_EQ(r.write_ktime_ns, 99u);
+
+  gdw_device_program_load_event load{};
+  load.header.type = GDW_EVENT_DEVICE_PROGRAM_LOAD;
+  load.header.ktime_ns = 5;
+  load.caller = sample_process();
+  auto loaded = decode_probe_record(bytes_of(load));
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  const auto& l = std::get<DeviceProgramLoadEvent>(*loaded);
+  EXPECT_EQ(l.caller.comm, "runc:[2:INIT]");
+  EXPECT_EQ(l.ktime_ns, 5u);
+
+  EXPECT_FALSE(decode_probe_record(bytes_of(load).substr(0, sizeof(load) - 1)));
+}
+
 TEST(ProbeRecords, RuleLengthBeyondTheBufferIsClamped) {
   gdw_rule_write_event raw{};
   raw.header.type = GDW_EVENT_RULE_WRITE;
+  raw.seen_at = GDW_SEEN_AT_PERMISSION_CHECK;
   raw.rule_len = 1000;
   std::memset(raw.rule, 'x', sizeof(raw.rule));
   auto decoded = decode_probe_record(bytes_of(raw));

@@ -1,0 +1,33 @@
+#include "core/syscall_hook_schedule.h"
+
+namespace gdw {
+
+SyscallHookSchedule::SyscallHookSchedule(SyscallHookPolicy policy, std::chrono::milliseconds linger,
+                                         bool rule_writes_need_hook)
+    : policy_(policy), linger_(linger) {
+  if (policy_ == SyscallHookPolicy::kAuto)
+    policy_ = rule_writes_need_hook ? SyscallHookPolicy::kAlways : SyscallHookPolicy::kOnDrift;
+}
+
+SyscallHookSchedule::Decision SyscallHookSchedule::update(bool drift, Clock::time_point now) {
+  switch (policy_) {
+    case SyscallHookPolicy::kOff: return {false, std::nullopt, "probe.syscall_hook: off"};
+    case SyscallHookPolicy::kAlways: return {true, std::nullopt, "always attached"};
+    default: break;
+  }
+  if (drift) {
+    drifting_ = true;
+    drift_ended_.reset();
+    return {true, std::nullopt, "a GPU container is missing devices"};
+  }
+  if (drifting_) {
+    drifting_ = false;
+    drift_ended_ = now;
+  }
+  if (drift_ended_ && now < *drift_ended_ + linger_)
+    return {true, *drift_ended_ + linger_, "lingering after the last missing device came back"};
+  drift_ended_.reset();
+  return {false, std::nullopt, "no GPU container is missing devices"};
+}
+
+}  // namespace gdw

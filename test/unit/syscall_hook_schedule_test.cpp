@@ -1,0 +1,69 @@
+#include "core/syscall_hook_schedule.h"
+
+#include <gtest/gtest.h>
+
+namespace gdw {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = SyscallHookSchedule::Clock;
+
+const Clock::time_point t0 = Clock::time_point{} + 1h;
+
+TEST(SyscallHookSchedule, OnDriftAttachesWhileMissingAndForTheLingerAfter) {
+  SyscallHookSchedule s(SyscallHookPolicy::kOnDrift, 30s, /*rule_writes_need_hook=*/false);
+  EXPECT_FALSE(s.update(false, t0).attached) << "nothing missing: detached";
+
+  auto missing = s.update(true, t0 + 1s);
+  EXPECT_TRUE(missing.attached);
+  EXPECT_FALSE(missing.recheck_at);
+  EXPECT_TRUE(s.update(true, t0 + 5s).attached);
+
+  auto healed = s.update(false, t0 + 10s);
+  EXPECT_TRUE(healed.attached) << "lingers after the drift ends";
+  ASSERT_TRUE(healed.recheck_at);
+  EXPECT_EQ(*healed.recheck_at, t0 + 40s);
+  EXPECT_TRUE(s.update(false, t0 + 39s).attached);
+  EXPECT_EQ(*s.update(false, t0 + 39s).recheck_at, t0 + 40s) << "the linger counts from the end of the drift";
+
+  auto done = s.update(false, t0 + 40s);
+  EXPECT_FALSE(done.attached);
+  EXPECT_FALSE(done.recheck_at);
+  EXPECT_FALSE(s.update(false, t0 + 100s).attached);
+}
+
+TEST(SyscallHookSchedule, DriftDuringTheLingerRestartsIt) {
+  SyscallHookSchedule s(SyscallHookPolicy::kOnDrift, 30s, false);
+  s.update(true, t0);
+  s.update(false, t0 + 1s);
+  EXPECT_TRUE(s.update(true, t0 + 20s).attached);
+  auto healed = s.update(false, t0 + 25s);
+  EXPECT_EQ(*healed.recheck_at, t0 + 55s);
+  EXPECT_TRUE(s.update(false, t0 + 50s).attached);
+}
+
+TEST(SyscallHookSchedule, ZeroLingerDetachesAtOnce) {
+  SyscallHookSchedule s(SyscallHookPolicy::kOnDrift, 0ms, false);
+  EXPECT_TRUE(s.update(true, t0).attached);
+  EXPECT_FALSE(s.update(false, t0 + 1ms).attached);
+}
+
+TEST(SyscallHookSchedule, AlwaysAndOffIgnoreDrift) {
+  SyscallHookSchedule always(SyscallHookPolicy::kAlways, 30s, false);
+  EXPECT_TRUE(always.update(false, t0).attached);
+  EXPECT_TRUE(always.update(true, t0).attached);
+  SyscallHookSchedule off(SyscallHookPolicy::kOff, 30s, true);
+  EXPECT_FALSE(off.update(true, t0).attached);
+  EXPECT_FALSE(off.update(false, t0).attached);
+}
+
+TEST(SyscallHookSchedule, AutoIsOnDriftUnlessRuleWritesNeedTheHook) {
+  SyscallHookSchedule capable(SyscallHookPolicy::kAuto, 30s, /*rule_writes_need_hook=*/false);
+  EXPECT_FALSE(capable.update(false, t0).attached);
+  EXPECT_TRUE(capable.update(true, t0).attached);
+  SyscallHookSchedule old_kernel(SyscallHookPolicy::kAuto, 30s, /*rule_writes_need_hook=*/true);
+  EXPECT_TRUE(old_kernel.update(false, t0).attached) << "without it no writer would ever be named";
+}
+
+}  // namespace
+}  // namespace gdw
