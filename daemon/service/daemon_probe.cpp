@@ -27,12 +27,27 @@ constexpr Clock::duration kDeniedOpenLogInterval = std::chrono::minutes(1);
 constexpr Clock::duration kProgramSweep[] = {std::chrono::milliseconds(1), std::chrono::milliseconds(10),
                                              std::chrono::milliseconds(100), std::chrono::seconds(1)};
 
-
 // The process behind an event; its executable is read now, while it may still exist.
 WriterIdentity identify(const ProcessInfo& p) {
   char exe[4096];
   ssize_t len = ::readlink(("/proc/" + std::to_string(p.pid) + "/exe").c_str(), exe, sizeof exe - 1);
   return WriterIdentity{p.comm, p.parent_comm, len > 0 ? std::string(exe, static_cast<std::size_t>(len)) : "", p.pid};
+}
+
+// Who changed a container's device access, for metrics (a bounded name) and the repair's
+// log line (pid, comm, executable, parent, what it did).
+struct Actor {
+  std::string writer;
+  std::string detail;
+};
+
+Actor describe_actor(const ProcessInfo& p, const std::string& action) {
+  const WriterIdentity who = identify(p);
+  Actor a;
+  a.writer = recognise_writer(who);
+  a.detail = a.writer + " (pid " + std::to_string(p.pid) + ", comm " + p.comm + (who.exe.empty() ? "" : ", " + who.exe) +
+             ", parent " + p.parent_comm + ") " + action;
+  return a;
 }
 
 // The probe's timestamps are CLOCK_MONOTONIC, as Clock (steady_clock) is.
@@ -174,12 +189,10 @@ void Daemon::on_rule_write(const RuleWriteEvent& ev) {
                                       return rule_covers(numbers, d.dev, kAccessAll) && (rule->access & d.access) != 0;
                                     });
   if (!revoking) return;
-  const WriterIdentity who = identify(ev.writer);
+  Actor actor = describe_actor(ev.writer, "writing '" + ev.rule + "' to devices.deny");
   Watched::Revocation r;
-  r.writer = recognise_writer(who);
-  r.detail = r.writer + " (pid " + std::to_string(ev.writer.pid) + ", comm " + ev.writer.comm +
-             (who.exe.empty() ? "" : ", " + who.exe) + ", parent " + ev.writer.parent_comm + ") writing '" + ev.rule +
-             "' to devices.deny";
+  r.writer = std::move(actor.writer);
+  r.detail = std::move(actor.detail);
   r.at = from_ktime(ev.ktime_ns);
   r.tid = ev.writer.tid;
   r.ktime_ns = ev.ktime_ns;
@@ -202,12 +215,10 @@ void Daemon::on_rule_write_result(const RuleWriteResultEvent& ev) {
 void Daemon::on_device_program_load(const DeviceProgramLoadEvent& ev) {
   // With the syscall hook attached the attach itself is reported (on_device_program).
   if (!v2() || ev.caller.pid == ::getpid() || probe_->syscall_hook_attached()) return;
-  const WriterIdentity who = identify(ev.caller);
+  Actor actor = describe_actor(ev.caller, "loading a device program");
   Watched::Revocation r;
-  r.writer = recognise_writer(who);
-  r.detail = r.writer + " (pid " + std::to_string(ev.caller.pid) + ", comm " + ev.caller.comm +
-             (who.exe.empty() ? "" : ", " + who.exe) + ", parent " + ev.caller.parent_comm +
-             ") loading a device program";
+  r.writer = std::move(actor.writer);
+  r.detail = std::move(actor.detail);
   r.at = from_ktime(ev.ktime_ns);
   program_loader_ = std::move(r);
   if (!program_sweep_timer_) {
@@ -266,11 +277,10 @@ void Daemon::on_device_program(const DeviceProgramEvent& ev) {
                      : ev.command == Command::kLinkCreate ? "linking"
                      : ev.command == Command::kLinkUpdate ? "updating the link of"
                                                           : "detaching the link of";
-  const WriterIdentity who = identify(ev.caller);
+  Actor actor = describe_actor(ev.caller, std::string(what) + " device program " + std::to_string(ev.prog_id));
   Watched::Revocation r;
-  r.writer = recognise_writer(who);
-  r.detail = r.writer + " (pid " + std::to_string(ev.caller.pid) + ", comm " + ev.caller.comm +
-             (who.exe.empty() ? "" : ", " + who.exe) + ") " + what + " device program " + std::to_string(ev.prog_id);
+  r.writer = std::move(actor.writer);
+  r.detail = std::move(actor.detail);
   r.at = from_ktime(ev.ktime_ns);
   // Named only if the change leaves wanted devices denied.
   check_and_repair(*w, Clock::now(), &r);
