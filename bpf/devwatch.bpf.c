@@ -603,7 +603,7 @@ int BPF_PROG(gdw_cap_check, const struct cred *cred, struct user_namespace *targ
   if (!regs) return 0;
   long nr = SYSCALL_NR(regs);
   if (cap == CAP_SYS_ADMIN && NR_writev_family(nr)) {
-    if (rule_writes_at_syscall_exit || in_compat_syscall(task)) return 0;
+    if (in_compat_syscall(task)) return 0; /* (not loaded at all when rule_writes_at_syscall_exit) */
     /* Refused here, the write fails with EPERM before the rule is parsed: known now.
      * Allowed, the result comes at syscall exit, if the hook is attached to see it. */
     bool refused = ret != 0;
