@@ -5,7 +5,7 @@
 // GPU rule) to the grant visible in devices.list, over many revocations; the daemon's RSS
 // and CPU time idle and under that load; the duration of a full resync.
 //
-//   sudo build/bench/repair_latency [--containers 10,100,500] [--revocations 1000]
+//   build/bench/repair_latency (as root) [--containers 10,100,500] [--revocations 1000]
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/wait.h>

@@ -11,8 +11,9 @@
  *       the rule (devcgroup_update_access), so every rule write passes here with writer,
  *       fd and user buffer in the task's syscall registers. The result is known here only
  *       when the check refused the write; the syscall-exit hook reports the rest.
- *     CAP_BPF inside bpf(BPF_PROG_LOAD) of a BPF_PROG_TYPE_CGROUP_DEVICE program: the
- *       caller is about to attach a device program (v2). The attach itself checks no
+ *     CAP_BPF (or CAP_SYS_ADMIN), passed, inside bpf(BPF_PROG_LOAD) of a
+ *       BPF_PROG_TYPE_CGROUP_DEVICE program: the caller is about to attach a device
+ *       program (v2). The attach itself checks no
  *       capability, so this is the nearest point a tracepoint sees without a syscall hook.
  *    Capability checks are frequent (mmap and brk of writable memory check CAP_SYS_ADMIN
  *    for overcommit), so the program returns on its first two comparisons for them.
@@ -22,7 +23,8 @@
  *  - tp_btf/sys_exit, dispatched on the syscall number. On x86_64 the syscall's argument
  *    registers are still intact in pt_regs at exit and the outcome is known:
  *     openat, openat2, open: opens that failed with EPERM inside a watched cgroup (see
- *       "Denied opens" below). Any other result returns on the first comparison.
+ *       "Denied opens" below): GPU nodes reported, anything else only counted. Any
+ *       other result returns on the first comparison.
  *     bpf: attach/detach/replace of BPF_CGROUP_DEVICE programs (cgroup v2 device rules).
  *       A detached link has forgotten its cgroup and an updated link its old program, so
  *       cgroup_device_links remembers both per link id (seeded by user space at load).
@@ -34,7 +36,8 @@
  *    ~230 ns), an empty one on syscalls/sys_enter_write ~400 ns per hit (perf tracepoint
  *    path). Hence the tiers.
  *
- * Everything leaves through one ring buffer; failed reservations are counted per CPU.
+ * Events leave through two ring buffers (denied opens apart, see below); failed
+ * reservations are counted per CPU.
  */
 #include "vmlinux.h"
 
@@ -120,13 +123,33 @@ struct {
 } ring_buffer_drops SEC(".maps");
 
 /* Cgroup ids whose denied opens are reported: v2 ids and v1 devices cgroup ids (each the
- * kernfs id of the directory in its own hierarchy; a collision only widens the filter). */
+ * kernfs id of the directory in its own hierarchy; a collision only widens the filter).
+ * The value counts, per CPU, the cgroup's denied opens of anything but a registered GPU
+ * node path: those are only counted here, never put into a ring buffer (see "Denied
+ * opens" below). User space adds the CPUs' values up. */
 struct {
-  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(type, BPF_MAP_TYPE_PERCPU_HASH);
   __uint(max_entries, 16384);
   __type(key, __u64);
-  __type(value, __u8);
+  __type(value, __u64);
 } watched_cgroups SEC(".maps");
+
+/* Denied opens of GPU nodes have a ring buffer of their own: a tenant opening GPU nodes
+ * it may not open in a loop can fill this one, never the one carrying rule writes and
+ * device-program changes. */
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 64 * 1024);
+} denied_open_events SEC(".maps");
+
+/* Scratch space for the path of a denied open (too big for the 512-byte BPF stack next
+ * to everything else), zero-padded because it is the watched_paths key. */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct gdw_path_key);
+} open_path_scratch SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
@@ -153,8 +176,8 @@ struct {
   __type(value, struct gdw_rule_write_in_flight);
 } rule_writes_in_flight SEC(".maps");
 
-/* The last device program load reported per tid: one load checks CAP_BPF several times
- * (program load, verifier), and is reported once. */
+/* The last device program load reported per tid: one load passes several capability
+ * checks (program load, verifier), and is reported once. */
 struct device_program_load_seen {
   __u64 attr; /* user address of the bpf_attr */
   __u64 ktime_ns;
@@ -181,13 +204,15 @@ struct {
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
+static __always_inline void count_drop(void) {
+  __u32 zero = 0;
+  __u64 *drops = bpf_map_lookup_elem(&ring_buffer_drops, &zero);
+  if (drops) *drops += 1; /* per-CPU value: no atomic needed */
+}
+
 static __always_inline void *reserve_event(__u64 size) {
   void *event = bpf_ringbuf_reserve(&events, size, 0);
-  if (!event) {
-    __u32 zero = 0;
-    __u64 *drops = bpf_map_lookup_elem(&ring_buffer_drops, &zero);
-    if (drops) *drops += 1; /* per-CPU value: no atomic needed */
-  }
+  if (!event) count_drop();
   return event;
 }
 
@@ -396,39 +421,52 @@ static __always_inline int emit_rule_write_result(struct task_struct *task, stru
  *  1. only a result of exactly -EPERM goes on (every other open stops here);
  *  2. only tasks whose v2 cgroup id (bpf_get_current_cgroup_id) or v1 devices cgroup id is
  *     in watched_cgroups;
- *  3. the path string is looked up in watched_paths (filled by user space with the GPU
- *     node paths it knows, e.g. "/dev/nvidia0"). Found: the device number comes from the
- *     map and the event is kept only if its major is in watched_majors. Not found: the
- *     event leaves with 0:0 and user space decides (it stats the path in the opener's
- *     root; see daemon/probe). No syscall tracepoint sees the inode of a failed open and
- *     this kernel has no tracepoint on the permission path, so the path string is the
- *     only in-kernel handle on the device.
+ *  3. the path string, exactly as passed, is looked up in watched_paths (filled by user
+ *     space with the GPU node paths it knows, e.g. "/dev/nvidia0"). Found, with its major
+ *     in watched_majors: a record with the map's device number goes to denied_open_events.
+ *     Anything else only increments the cgroup's per-CPU counter in watched_cgroups (user
+ *     space reports it as device "other").
+ *
+ * Why the kernel decides: the path comes from the tenant. Resolving it in user space (a
+ * stat of /proc/<pid>/root/<path>) runs a lookup of a tenant-chosen path on the daemon's
+ * event loop; a path on a hung FUSE or NFS mount, which a tenant can mount itself in its
+ * own user namespace, blocks that loop for good, and a loop of EPERM opens (O_NOATIME on
+ * a file the process does not own) buried it in records. Now an open that is not of a
+ * registered GPU node costs one per-CPU increment and reaches user space as a number.
+ * The kernel's own lookup result would be better than the path string (it would also
+ * attribute "../dev/nvidia0", relative paths and aliases made with mknod), but no syscall
+ * tracepoint sees the inode of a failed open and there is no tracepoint on the device
+ * permission path (devcgroup_check_permission / the cgroup device BPF hook); this probe
+ * uses BTF tracepoints only. So an alias counts as "other": undercounted, never a lookup.
  */
 
 static __always_inline int emit_denied_open(long ret, __s32 dfd, __u64 filename, __u32 flags) {
   if (ret != -EPERM) return 0;
   __u64 cgroup_id = bpf_get_current_cgroup_id();
-  if (!bpf_map_lookup_elem(&watched_cgroups, &cgroup_id)) {
+  __u64 *other_opens = bpf_map_lookup_elem(&watched_cgroups, &cgroup_id);
+  if (!other_opens) {
     __u64 devices_id = devices_cgroup_id((struct task_struct *)bpf_get_current_task());
-    if (!devices_id || !bpf_map_lookup_elem(&watched_cgroups, &devices_id)) return 0;
+    if (!devices_id) return 0;
+    other_opens = bpf_map_lookup_elem(&watched_cgroups, &devices_id);
+    if (!other_opens) return 0;
   }
 
-  struct gdw_denied_open_event *e = reserve_event(sizeof(*e));
-  if (!e) return 0;
-  __builtin_memset(e->path, 0, sizeof(e->path)); /* the path is also a hash key */
-  bpf_probe_read_user_str(e->path, sizeof(e->path), (void *)filename);
-  struct gdw_device_number *device = bpf_map_lookup_elem(&watched_paths, e->path);
-  if (device) {
-    __u32 major = device->major;
-    if (!bpf_map_lookup_elem(&watched_majors, &major)) {
-      bpf_ringbuf_discard(e, 0);
-      return 0;
-    }
-    e->major = major;
-    e->minor = device->minor;
-  } else {
-    e->major = 0;
-    e->minor = 0;
+  __u32 zero = 0;
+  struct gdw_path_key *path = bpf_map_lookup_elem(&open_path_scratch, &zero);
+  if (!path) return 0;
+  __builtin_memset(path->path, 0, sizeof(path->path));
+  bpf_probe_read_user_str(path->path, sizeof(path->path), (void *)filename);
+  struct gdw_device_number *device = bpf_map_lookup_elem(&watched_paths, path);
+  __u32 major = device ? device->major : 0;
+  if (!device || !bpf_map_lookup_elem(&watched_majors, &major)) {
+    *other_opens += 1; /* per-CPU value: no atomic needed */
+    return 0;
+  }
+
+  struct gdw_denied_open_event *e = bpf_ringbuf_reserve(&denied_open_events, sizeof(*e), 0);
+  if (!e) {
+    count_drop();
+    return 0;
   }
   e->header.type = GDW_EVENT_DENIED_OPEN;
   e->header.reserved = 0;
@@ -436,6 +474,9 @@ static __always_inline int emit_denied_open(long ret, __s32 dfd, __u64 filename,
   fill_process(&e->opener);
   e->dfd = dfd;
   e->flags = flags;
+  e->major = major;
+  e->minor = device->minor;
+  __builtin_memcpy(e->path, path->path, sizeof(e->path));
   bpf_ringbuf_submit(e, 0);
   return 0;
 }
@@ -617,7 +658,11 @@ int BPF_PROG(gdw_cap_check, const struct cred *cred, struct user_namespace *targ
       bpf_map_delete_elem(&rule_writes_in_flight, &tid);
     return 0;
   }
-  if (cap == CAP_BPF && nr == NR_bpf && !in_compat_syscall(task)) return emit_device_program_load(regs);
+  /* Only a check that passed: a refused load attaches nothing, and each record makes the
+   * daemon re-read every GPU container's programs (v2), which a process without CAP_BPF
+   * could otherwise trigger in a loop. bpf_token_capable() falls back from CAP_BPF to
+   * CAP_SYS_ADMIN, so either can be the check that lets a load through. */
+  if (nr == NR_bpf && ret == 0 && !in_compat_syscall(task)) return emit_device_program_load(regs);
   return 0;
 }
 

@@ -99,7 +99,7 @@ struct gdw_denied_open_event {
   struct gdw_process opener;
   __s32 dfd;   /* openat's directory fd (AT_FDCWD for open) */
   __u32 flags; /* open flags */
-  __u32 major; /* 0:0 when the path is not in watched_paths */
+  __u32 major; /* from watched_paths: only opens of registered GPU node paths are records */
   __u32 minor;
   char path[GDW_OPEN_PATH_MAX]; /* NUL-terminated, zero-filled */
 };

@@ -8,14 +8,17 @@ packages=(
   # build
   build-essential cmake pkg-config clang llvm
   libbpf-dev bpftool libelf-dev zlib1g-dev
-  libsystemd-dev libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
+  libsystemd-dev libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev libcivetweb-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
+  libcurl4-openssl-dev libssl-dev libcrypt-dev openssl
   # fuzzing (libFuzzer + sanitizers for clang 14)
   libfuzzer-14-dev libclang-rt-14-dev
   # tests: real runtimes, real systemd, promtool, helpers
-  runc containerd busybox-static prometheus python3-yaml
+  runc crun containerd busybox-static prometheus python3-yaml
   debootstrap systemd-container dbus
+  # the container image (scripts/build-image.sh) and the Debian package (cpack, dpkg-shlibdeps)
+  umoci dpkg-dev
   util-linux iproute2 procps curl
 )
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "app/check_exposure.h"
 #include "node/config_file.h"
 #include "node/self_exe.h"
 #include "backend/systemd_scope.h"
@@ -103,10 +104,7 @@ NodeHealth gather_health(NodeModel& node, const Config& config) {
   return h;
 }
 
-std::string who(const ContainerTarget& t) {
-  if (!t.identity) return "pod " + t.cgroup.pod.pod_uid + " container " + t.cgroup.leaf.container_id.substr(0, 12);
-  return t.identity->pod_namespace + "/" + t.identity->pod_name + "/" + t.identity->container_name;
-}
+std::string who(const ContainerTarget& t) { return check_who(t); }
 
 std::string names(const std::vector<WantedDevice>& devices) {
   if (devices.empty()) return "-";
@@ -139,6 +137,10 @@ void print_health_text(const NodeModel& node, const NodeHealth& h) {
   if (!h.pod_resources.empty())
     fmt::print("podresources: {}{}\n", h.pod_resources, h.pod_resources_ok ? "" : " (allocations from the checkpoint alone)");
   for (const auto& d : node.merged().disagreements) fmt::print("  disagreement: {}\n", describe(d));
+  for (const auto& a : node.merged().ambiguous) fmt::print("AMBIGUOUS {}\n", describe(a));
+  if (!node.merged().unnamed_pods.empty())
+    fmt::print("pods whose name no bundle states (PodResources entries not used meanwhile): {}\n",
+               fmt::join(node.merged().unnamed_pods, " "));
   fmt::print("checkpoint freshness: {}\n", h.stale.stale ? "STALE" : "ok");
   for (const auto& r : h.stale.reasons) fmt::print("  {}\n", r);
   if (!h.stale.unverifiable_ids.empty())
@@ -164,6 +166,9 @@ void print_text(const NodeModel& node, const std::vector<ContainerReport>& repor
     fmt::print("  entry {} ({}/{}): {}\n", e.index, e.pod_uid, e.container_name, e.message);
   fmt::print("inventory:  {} GPU(s), MIG mapping from {}{}\n", inv.gpus.size(), inv.mig_source, nvml_note);
   for (const auto& p : inv.problems) fmt::print("  {}\n", p);
+  fmt::print("cdi specs:  {} file(s), {} device(s) in {}\n", node.cdi_spec_files(), inv.cdi_devices.size(),
+             fmt::join(node.config().cdi.spec_dirs, " "));
+  for (const auto& e : node.cdi_errors()) fmt::print("  NOT USED {}\n", e);
   fmt::print("eBPF probe: {}\n", probe_state());
   fmt::print("mode:       {}\n\n", to_string(node.config().mode));
 
@@ -194,7 +199,8 @@ void print_text(const NodeModel& node, const std::vector<ContainerReport>& repor
     if (!r.target.problem.empty()) fmt::print("{}: {}\n", who(r.target), r.target.problem);
   }
   if (!unidentified.empty()) {
-    fmt::print("\nCannot check {} container(s) in pods that hold devices (not guessed):\n", unidentified.size());
+    fmt::print("\nCannot check {} container(s) in pods that hold devices, or whose bundle contradicts the cgroup "
+               "(not guessed):\n", unidentified.size());
     for (const auto& t : unidentified) fmt::print("  {}: {}\n", t.cgroup.cgroup_dir, t.problem);
   }
   std::size_t missing = std::count_if(reports.begin(), reports.end(), [](const ContainerReport& r) {
@@ -206,7 +212,7 @@ void print_text(const NodeModel& node, const std::vector<ContainerReport>& repor
 
 void print_json(const NodeModel& node, const std::vector<ContainerReport>& reports,
                 const std::vector<ContainerTarget>& unidentified, std::size_t untouched, const std::string& nvml_note,
-                const NodeHealth& h) {
+                const NodeHealth& h, const std::vector<const ContainerTarget*>& env_targets) {
   const auto& cp = node.checkpoint();
   const auto& inv = node.inventory();
   json out;
@@ -232,6 +238,10 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
   for (const auto& g : inv.gpus) gpus.push_back({{"uuid", g.uuid}, {"minor", g.minor}, {"bus", g.bus_location}});
   out["inventory"] = {{"gpus", gpus}, {"mig_source", inv.mig_source}, {"problems", inv.problems}};
   if (!nvml_note.empty()) out["inventory"]["nvml"] = nvml_note;
+  out["cdi"] = {{"spec_dirs", node.config().cdi.spec_dirs},
+                {"spec_files", node.cdi_spec_files()},
+                {"devices", inv.cdi_devices.size()},
+                {"spec_errors", node.cdi_errors()}};
   json containers = json::array();
   for (const auto& r : reports) {
     json c;
@@ -260,15 +270,21 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
     if (!r.repair_note.empty()) c["repair"] = r.repair_note;
     if (!r.repair_error.empty()) c["repair_error"] = r.repair_error;
     c["unresolved"] = r.target.desired.unresolved;
+    c["unresolved_cdi"] = r.target.desired.unresolved_cdi;
+    add_exposure_json(r.target, c);
     if (!r.final_check().ok()) c["error"] = check_problem(r.final_check(), node.version());
     if (!r.target.problem.empty()) c["problem"] = r.target.problem;
     containers.push_back(c);
   }
   out["containers"] = containers;
+  out["exposed_containers"] = std::count_if(reports.begin(), reports.end(),
+                                            [](const ContainerReport& r) { return !r.target.exposure.exposed.empty(); });
+  out["env_visible"] = env_visible_json(env_targets);
   json unid = json::array();
   for (const auto& t : unidentified)
     unid.push_back({{"cgroup", t.cgroup.cgroup_dir}, {"pod_uid", t.cgroup.pod.pod_uid},
-                    {"container_id", t.cgroup.leaf.container_id}, {"reason", t.problem}});
+                    {"container_id", t.cgroup.leaf.container_id}, {"reason", t.problem},
+                    {"identity_conflict", t.identity_conflict}});
   out["unidentified"] = unid;
   out["untouched_containers"] = untouched;
   json disagreements = json::array();
@@ -276,8 +292,14 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
     disagreements.push_back({{"kind", to_string(d.kind)}, {"namespace", d.pod_namespace}, {"pod", d.pod_name},
                              {"container", d.container_name}, {"resource", d.resource},
                              {"checkpoint", d.checkpoint_ids}, {"pod_resources", d.pod_resources_ids}});
+  json ambiguous = json::array();
+  for (const auto& a : node.merged().ambiguous)
+    ambiguous.push_back({{"namespace", a.name.first}, {"pod", a.name.second}, {"uids", a.uids},
+                         {"unused_pod_resources", a.unused_pod_resources}});
   out["pod_resources"] = {{"asked", !h.pod_resources.empty()}, {"ok", h.pod_resources_ok}, {"status", h.pod_resources},
                           {"disagreements", disagreements}};
+  out["ambiguous_pod_names"] = ambiguous;
+  out["unnamed_pods"] = node.merged().unnamed_pods;
   out["checkpoint"]["stale"] = h.stale.stale;
   out["checkpoint"]["stale_reasons"] = h.stale.reasons;
   out["checkpoint"]["unknown_ids"] = h.stale.unknown_ids;
@@ -328,22 +350,23 @@ int run_check(const CheckOptions& options) {
 
   std::vector<ContainerReport> reports;
   std::vector<ContainerTarget> unidentified;
+  std::vector<ContainerTarget> env_only;  // NVIDIA_VISIBLE_DEVICES names GPUs, no allocation, not restored
   std::size_t untouched = 0;
   for (const auto& cg : node.scan().containers) {
     ContainerTarget target = node.resolve(cg);
     if (target.kind == TargetKind::kUnidentified) {
-      if (node.allocations().pod_has_devices(cg.pod.pod_uid)) unidentified.push_back(std::move(target));
+      if (node.allocations().pod_has_devices(cg.pod.pod_uid) || target.identity_conflict)
+        unidentified.push_back(std::move(target));
       continue;
     }
     if (target.kind != TargetKind::kGpu) {
       if (target.kind == TargetKind::kNotGpu) ++untouched;
+      if (target.env_visible) env_only.push_back(std::move(target));
       continue;
     }
     ContainerReport r;
     const bool v2 = node.version() == CgroupVersion::kV2;
-    const auto spec = v2 ? enforced_spec(target.bundle->info, config->runtime.builtin_devices)
-                         : std::vector<OciDeviceCgroupRule>{};
-    auto check_now = [&] { return v2 ? check_v2(cg.cgroup_dir, target.desired, spec) : check_v1(cg.cgroup_dir, target.desired); };
+    auto check_now = [&] { return v2 ? check_v2(cg.cgroup_dir, target.desired) : check_v1(cg.cgroup_dir, target.desired); };
     r.before = check_now();
     std::vector<WantedDevice> missing = r.before.missing;
     const std::string unit = cg.leaf.driver == CgroupDriver::kSystemd ? scope_unit_of(cg.cgroup_dir) : "";
@@ -366,12 +389,16 @@ int run_check(const CheckOptions& options) {
     }
     if (options.repair && r.before.ok() && !missing.empty()) {
       if (v2) {
-        auto installed = repair_v2(cg.cgroup_dir, target.desired.wanted, spec);
+        auto installed = repair_v2(cg.cgroup_dir, target.desired.wanted);
         if (installed) {
-          for (const auto& m : missing) r.grants.push_back(DeviceGrant{m, 0, {}});
-          r.repair_note = "device program " + std::to_string(installed->attached_id) + " installed" +
-                          (installed->used_replace ? " (atomic replace)" : "") + ", " +
-                          std::to_string(installed->detached_ids.size()) + " detached";
+          for (const auto& m : missing)
+            if (std::none_of(installed->still_denied.begin(), installed->still_denied.end(),
+                             [&](const WantedDevice& x) { return x.dev == m.dev; }))
+              r.grants.push_back(DeviceGrant{m, 0, {}});
+          r.repair_note = std::to_string(installed->replaced.size()) + " device program(s) wrapped";
+          for (const auto& rep : installed->replaced)
+            r.repair_note += "; " + std::to_string(rep.old_id) + " -> " + std::to_string(rep.new_id) +
+                             (rep.atomic ? " (atomic replace)" : " (attached, then detached)");
           for (const auto& left : installed->left_attached)
             r.repair_note += "; program " + std::to_string(left.program.id) + " left attached: " + left.reason;
         } else {
@@ -389,14 +416,23 @@ int run_check(const CheckOptions& options) {
   std::sort(reports.begin(), reports.end(),
             [](const ContainerReport& a, const ContainerReport& b) { return who(a.target) < who(b.target); });
 
+  std::vector<const ContainerTarget*> gpu_targets, env_targets;
+  for (const auto& r : reports) {
+    gpu_targets.push_back(&r.target);
+    if (r.target.env_visible) env_targets.push_back(&r.target);
+  }
+  for (const auto& t : env_only) env_targets.push_back(&t);
   if (options.json) {
-    print_json(node, reports, unidentified, untouched, nvml_note, health);
+    print_json(node, reports, unidentified, untouched, nvml_note, health, env_targets);
   } else {
     print_text(node, reports, unidentified, untouched, nvml_note);
+    print_exposure_text(gpu_targets);
+    print_env_visible_text(env_targets);
     fmt::print("\n");
     print_health_text(node, health);
   }
-  bool attention = !unidentified.empty() || health.needs_attention() ||
+  bool attention = !unidentified.empty() || !node.merged().ambiguous.empty() || health.needs_attention() ||
+                   !node.cdi_errors().empty() ||
                    std::any_of(reports.begin(), reports.end(), [](const ContainerReport& r) { return r.needs_attention(); });
   return attention ? 1 : 0;
 }

@@ -1,9 +1,20 @@
 // cgroup v2 device policy: BPF_CGROUP_DEVICE programs attached to a container's cgroup.
 // All effective programs must allow an access (results are ANDed), so an extra "allow GPU"
-// program grants nothing: a grant means replacing the denying program(s) with one program
-// that allows the union of the container's OCI spec rules and its desired GPU nodes —
-// the same semantics as runc's own filter — without a window where the container loses a
-// device it had, and never ending with fewer restrictions than the spec.
+// program grants nothing: a grant means replacing each program that denies a wanted device.
+//
+// A repair only ever adds the wanted devices:
+// - Which programs deny a wanted device is decided by running each attached program's own
+//   translated instructions (device_program_code.h), not by assuming what it enforces.
+//   A program whose run we cannot follow counts as denying (it gets wrapped, which is safe).
+// - Only those programs are replaced; the others stay attached. Nothing is touched while
+//   no program denies a wanted device.
+// - The replacement of a program is our wrapper around its code: it allows exactly the
+//   wanted devices and decides as the program did for every other device. It replaces the
+//   program atomically (BPF_F_REPLACE), so there is no moment with fewer devices or fewer
+//   restrictions. A wrapper of ours is never wrapped: a re-repair wraps the code it wraps.
+// - Programs attached through a bpf_link, and programs whose code cannot be loaded again
+//   (helper calls, maps), cannot be replaced by us: they are reported, left attached.
+// Our wrappers are self-contained programs: they stay in force after the daemon exits.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/device_program_code.h"
 #include "core/desired_state.h"
 #include "core/result.h"
 #include "runtime/oci_config.h"
@@ -22,80 +34,83 @@ std::string to_string(ProgramOwner o);  // "ours", "systemd", "runtime"
 
 struct AttachedDeviceProgram {
   std::uint32_t id = 0;
+  // Where it is attached: "" on the container's cgroup itself, kCrunSubgroup on crun's
+  // sub-cgroup of it (runtime/cgroup_names.h).
+  std::string subgroup;
   std::string name;  // bpf_prog_info.name (systemd: "sd_devices"; ours: kOurProgramName; runc: "")
   ProgramOwner owner = ProgramOwner::kRuntime;
   bool link = false;  // attached through a bpf_link (only its link can detach it)
-  // Ours only: the rule list the program enforces, read back from its .rodata map; nullopt
-  // when it could not be read (or for programs of others).
-  std::optional<std::vector<OciDeviceCgroupRule>> rules;
+  // What the kernel runs for it: its translated instructions (an older union program of
+  // ours: its rule list, compiled). Empty when they could not be read.
+  BpfCode code;
+  // What a wrapper around it has to run for every device it does not add: `code`, or for a
+  // wrapper of ours, the code that one wraps. Empty when it cannot be wrapped (`unwrappable`
+  // says why).
+  BpfCode inner;
+  std::string unwrappable;
+  bool wrapper = false;               // a wrapper of ours
+  std::vector<WantedDevice> added;    // a wrapper of ours: the devices it adds
 };
 
 // The name our programs carry (bpf_prog_info.name holds 15 characters).
 inline constexpr const char* kOurProgramName = "gdw_devices";
-// The most rules one program of ours holds (bpf/device_filter.h).
-inline constexpr std::size_t kMaxProgramRules = 256;
 
-// Programs attached directly to the cgroup directory (not inherited ones), in the kernel's
-// order. Link-attached ones are recognised by walking the system's bpf links (libbpf 1.1
-// has no link ids in bpf_prog_query).
+// Programs attached directly to a container's cgroup directory (not inherited ones), in the
+// kernel's order, then those attached to its crun sub-cgroup `<cgroup_dir>/container` when
+// that exists (crun with the systemd driver on v2 puts the processes and its program there;
+// they run under both). Link-attached ones are recognised by walking the system's bpf links
+// (libbpf 1.1 has no link ids in bpf_prog_query).
 Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir);
-
-// runc's built-in allowed devices changed once: runc 1.0 and 1.1 also allow tun/tap
-// (c 10:200 rwm); runc 1.2 dropped it.
-enum class RuncBuiltins { kRunc1_1, kRunc1_2 };
-
-// What runc compiles into its program for a spec: linux.resources.devices in order, then
-// runc's built-in allowed devices (mknod of any char/block device, /dev/null, zero, full,
-// random, urandom, tty, ptmx, pts, and tun up to 1.1), except a built-in whose path
-// linux.devices also names. Pass this, not the bare resources list, as `spec` below:
-// without the built-ins a replacement program would take /dev/null and the terminals from
-// the container (and, with the wrong runc generation, grant or revoke tun).
-std::vector<OciDeviceCgroupRule> runc_enforced_rules(const std::vector<OciDeviceCgroupRule>& resources_devices,
-                                                     const std::vector<OciLinuxDevice>& linux_devices,
-                                                     RuncBuiltins builtins);
-
-// The rules our program enforces: the spec's rules in order, then an allow for each desired
-// device. Last matching rule wins; no match denies (runc's semantics).
-std::vector<OciDeviceCgroupRule> union_rules(const std::vector<OciDeviceCgroupRule>& spec,
-                                             const std::vector<WantedDevice>& desired);
 
 // Does the ordered rule list allow `dev` with `access` (runc's filter semantics)?
 bool oci_rules_allow(const std::vector<OciDeviceCgroupRule>& rules, const DeviceNumber& dev, std::uint8_t access);
 
-// The desired devices that the programs attached to a container's cgroup deny, without
-// touching the container. Every program must allow (ANDed). Ours is judged by the rules
-// read back from it (one whose rules could not be read counts as enforcing `spec`); any
-// other program is ASSUMED to enforce `spec` (runc_enforced_rules): runc compiles it from
-// the spec, and systemd from the DeviceAllow= list runc derived from it. A cgroup without
-// programs denies nothing here (programs inherited from ancestors are not looked at).
+// Does this program deny `want` (any request within its access)? A program whose run we
+// cannot follow denies.
+bool program_denies(const AttachedDeviceProgram& program, const WantedDevice& want);
+
+// The wanted devices that the programs attached to a container's cgroup deny, without
+// touching the container. A cgroup without programs denies nothing here (programs
+// inherited from ancestors are not looked at).
 std::vector<WantedDevice> denied_by_programs(const std::vector<AttachedDeviceProgram>& attached,
-                                             const std::vector<OciDeviceCgroupRule>& spec,
-                                             const std::vector<WantedDevice>& desired);
+                                             const std::vector<WantedDevice>& wanted);
 
 struct UndetachedProgram {
   AttachedDeviceProgram program;
-  std::string reason;  // "attached through a bpf_link", or the errno text of the detach
+  std::string reason;  // "attached through a bpf_link", "it calls helpers ...", an errno text
 };
+
+// What a repair does, decided from a query alone (pure).
+struct V2Plan {
+  struct Replacement {
+    AttachedDeviceProgram old;
+    BpfCode code;  // our wrapper: wanted devices, then old.inner
+  };
+  std::vector<Replacement> replace;       // the programs that deny a wanted device
+  std::vector<UndetachedProgram> leave;   // deny one too, but cannot be replaced by us
+};
+V2Plan plan_v2_repair(const std::vector<AttachedDeviceProgram>& attached, const std::vector<WantedDevice>& wanted);
 
 struct V2Repair {
-  std::uint32_t attached_id = 0;              // our new program
-  std::vector<std::uint32_t> detached_ids;    // programs it replaced
-  bool used_replace = false;                  // BPF_F_REPLACE (atomic) rather than attach-then-detach
-  // Programs still attached beside ours: the container may still be denied what they deny
-  // (check with denied_by_programs on a fresh query).
+  struct Replaced {
+    std::uint32_t old_id = 0;
+    std::uint32_t new_id = 0;
+    bool atomic = true;  // BPF_F_REPLACE; false: attached ours, then detached the old one
+  };
+  std::vector<Replaced> replaced;
+  // Programs that deny a wanted device and are still attached (link-attached, not
+  // wrappable, or a detach failed).
   std::vector<UndetachedProgram> left_attached;
+  std::vector<AttachedDeviceProgram> now;    // attached after the repair
+  std::vector<WantedDevice> still_denied;    // by `now`
 };
 
-// Installs union_rules(spec, desired) on the cgroup: BPF_F_REPLACE when exactly one program
-// is attached (and it is not link-attached), else attach ours (BPF_F_ALLOW_MULTI) then
-// detach every other program — our own older ones too — that can be detached; nothing is
-// detached before ours is attached. Our program stays attached after this process exits
-// (the repair must outlive the daemon). On a cgroup without device programs it restricts
-// the container to the union: call it only where denied_by_programs reports a denial.
-// Errors: more than kMaxProgramRules rules, a load the verifier rejects, a cgroup whose
-// programs were attached without BPF_F_ALLOW_MULTI (or whose ancestor forbids attaching),
-// or a failed attach; each names the cgroup and the errno text.
-Result<V2Repair> install_union_program(const std::string& cgroup_dir, const std::vector<OciDeviceCgroupRule>& spec,
-                                       const std::vector<WantedDevice>& desired);
+// Replaces each program that denies a wanted device with our wrapper around it (see the
+// top of this file), on the container's cgroup and on its crun sub-cgroup (as
+// query_device_programs); every other program stays. Returns without touching anything when no
+// program denies a wanted device. A program attached meanwhile is decided on a fresh query
+// (up to 3 rounds). Errors: the cgroup cannot be opened or queried, a load the verifier
+// rejects, a failed attach; each names the cgroup and the errno text.
+Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted);
 
 }  // namespace gdw

@@ -44,19 +44,29 @@ std::map<EntryKey, AllocationEntry> checkpoint_entries(const std::vector<Allocat
 
 struct PodResourcesSide {
   std::map<EntryKey, AllocationEntry> entries;
+  // DRA claims' devices of watched drivers, keyed (pod UID, container, "dra <driver> <claim>"):
+  // PodResources alone reports them, so they are never compared with the checkpoint.
+  std::map<EntryKey, AllocationEntry> claims;
   std::set<std::pair<std::string, std::string>> listed_pods;  // (namespace, name)
   std::vector<std::string> unmapped;
+  std::vector<std::string> unused_unnamed;  // not used while a pod on the node has no known name
 };
 
 PodResourcesSide pod_resources_entries(const std::vector<PodResourcesContainer>& containers,
-                                       const LivePods* live_pods, const std::vector<std::string>& globs) {
+                                       const AllocationSources& sources, const std::vector<std::string>& globs,
+                                       const std::vector<std::string>& dra_globs,
+                                       std::map<PodName, std::vector<std::string>>& unused_by_ambiguity) {
   PodResourcesSide side;
   for (const auto& c : containers) {
-    side.listed_pods.emplace(c.pod_namespace, c.pod_name);
+    const PodName name{c.pod_namespace, c.pod_name};
+    side.listed_pods.insert(name);
+    const LivePodIndex* live = sources.live;
+    const bool unnamed_pods = live != nullptr && !live->unnamed_uids.empty();
+    const bool ambiguous = unnamed_pods || (live != nullptr && live->ambiguous.count(name) > 0);
     const LivePod* pod = nullptr;
-    if (live_pods != nullptr) {
-      auto it = live_pods->find({c.pod_namespace, c.pod_name});
-      if (it != live_pods->end()) pod = &it->second;
+    if (live != nullptr && !ambiguous) {
+      auto it = live->pods.find(name);
+      if (it != live->pods.end()) pod = &it->second;
     }
     bool unmapped = false;
     for (const auto& [resource, ids] : c.devices) {
@@ -76,9 +86,63 @@ PodResourcesSide pod_resources_entries(const std::vector<PodResourcesContainer>&
       }
       add_ids(it->second.device_ids, devices);
     }
-    if (unmapped) side.unmapped.push_back(c.pod_namespace + "/" + c.pod_name + "/" + c.container_name);
+    for (const auto& claim : c.claims) {
+      if (!resource_matches(dra_globs, claim.driver)) continue;
+      std::vector<std::string> names;
+      add_ids(names, claim.cdi_devices);  // CDI names have no "::"; deduplicated
+      if (names.empty()) continue;
+      if (pod == nullptr) {
+        unmapped = true;
+        continue;
+      }
+      const std::string claim_name = claim.claim_namespace + "/" + claim.claim_name;
+      auto [it, inserted] =
+          side.claims.try_emplace(EntryKey{pod->uid, c.container_name, "dra " + claim.driver + " " + claim_name});
+      if (inserted) {
+        it->second.pod_uid = pod->uid;
+        it->second.container_name = c.container_name;
+        it->second.resource = claim.driver;
+        it->second.dra_claim = claim_name;
+      }
+      add_ids(it->second.cdi_devices, names);
+    }
+    if (!unmapped) continue;
+    std::string where = c.pod_namespace + "/" + c.pod_name + "/" + c.container_name;
+    if (unnamed_pods) {
+      side.unused_unnamed.push_back(std::move(where));
+    } else if (ambiguous) {
+      unused_by_ambiguity[name].push_back(std::move(where));
+    } else {
+      side.unmapped.push_back(std::move(where));
+    }
   }
   return side;
+}
+
+std::vector<MergedAllocations::Ambiguity> ambiguities(const AmbiguousPodNames& names,
+                                                      std::map<PodName, std::vector<std::string>>& unused) {
+  std::vector<MergedAllocations::Ambiguity> out;
+  for (const auto& [name, uids] : names) {
+    out.push_back({name, std::vector<std::string>(uids.begin(), uids.end()), std::move(unused[name])});
+  }
+  return out;
+}
+
+void report_identity_gaps(const LivePodIndex* live, std::map<PodName, std::vector<std::string>>& unused_by_ambiguity,
+                          std::vector<std::string> unused_unnamed, MergedAllocations& merged) {
+  if (live == nullptr) return;
+  merged.ambiguous = ambiguities(live->ambiguous, unused_by_ambiguity);
+  merged.unnamed_pods.assign(live->unnamed_uids.begin(), live->unnamed_uids.end());
+  merged.unused_pod_resources_unnamed = std::move(unused_unnamed);
+}
+
+// In key order, whatever loop found them.
+void sort_disagreements(std::vector<AllocationDisagreement>& disagreements) {
+  std::sort(disagreements.begin(), disagreements.end(),
+            [](const AllocationDisagreement& a, const AllocationDisagreement& b) {
+              return std::tie(a.pod_uid, a.container_name, a.resource) <
+                     std::tie(b.pod_uid, b.container_name, b.resource);
+            });
 }
 
 std::vector<AllocationEntry> values(std::map<EntryKey, AllocationEntry>&& by_key) {
@@ -89,6 +153,46 @@ std::vector<AllocationEntry> values(std::map<EntryKey, AllocationEntry>&& by_key
 }
 
 }  // namespace
+
+void LivePodIndex::mark_ambiguous(const PodName& name, const std::string& uid) {
+  auto& uids = ambiguous[name];
+  uids.insert(uid);
+  if (auto it = pods.find(name); it != pods.end()) {
+    uids.insert(it->second.uid);
+    pods.erase(it);
+  }
+}
+
+void LivePodIndex::add(const PodName& name, const std::string& uid, const std::string& container) {
+  unnamed_uids.erase(uid);
+  auto [seen, first] = name_of_uid_.try_emplace(uid, name);
+  if (!first && seen->second != name) {
+    mark_ambiguous(seen->second, uid);
+    mark_ambiguous(name, uid);
+    return;
+  }
+  if (auto it = ambiguous.find(name); it != ambiguous.end()) {
+    it->second.insert(uid);
+    return;
+  }
+  auto [it, inserted] = pods.try_emplace(name, LivePod{uid, {}});
+  if (!inserted && it->second.uid != uid) {
+    mark_ambiguous(name, uid);
+    return;
+  }
+  if (!container.empty()) it->second.containers.insert(container);
+}
+
+void LivePodIndex::saw_pod(const std::string& uid) {
+  if (!name_of_uid_.count(uid)) unnamed_uids.insert(uid);
+}
+
+std::string describe(const MergedAllocations::Ambiguity& a) {
+  std::string text = "pod name " + a.name.first + "/" + a.name.second + " is ambiguous: live pod uids " + join(a.uids);
+  if (!a.unused_pod_resources.empty())
+    text += "; PodResources entries not used: " + join(a.unused_pod_resources);
+  return text;
+}
 
 std::string to_string(DisagreementKind kind) {
   switch (kind) {
@@ -106,7 +210,8 @@ std::string describe(const AllocationDisagreement& d) {
 }
 
 MergedAllocations merge_allocations(const AllocationSources& sources, AllocationSource mode,
-                                    const std::vector<std::string>& resource_globs) {
+                                    const std::vector<std::string>& resource_globs,
+                                    const std::vector<std::string>& dra_driver_globs) {
   MergedAllocations merged;
   const bool use_checkpoint = mode != AllocationSource::kPodResources && sources.checkpoint != nullptr;
   const bool use_pod_resources = mode != AllocationSource::kCheckpoint && sources.pod_resources != nullptr;
@@ -114,24 +219,28 @@ MergedAllocations merge_allocations(const AllocationSources& sources, Allocation
   std::map<EntryKey, AllocationEntry> from_checkpoint;
   if (use_checkpoint) from_checkpoint = checkpoint_entries(*sources.checkpoint, resource_globs);
   PodResourcesSide from_pod_resources;
+  std::map<PodName, std::vector<std::string>> unused_by_ambiguity;
   if (use_pod_resources) {
-    from_pod_resources = pod_resources_entries(*sources.pod_resources, sources.live_pods, resource_globs);
+    from_pod_resources =
+        pod_resources_entries(*sources.pod_resources, sources, resource_globs, dra_driver_globs, unused_by_ambiguity);
     merged.unmapped_containers = std::move(from_pod_resources.unmapped);
   }
+  report_identity_gaps(sources.live, unused_by_ambiguity, std::move(from_pod_resources.unused_unnamed), merged);
 
   if (!use_pod_resources) {
     merged.entries = values(std::move(from_checkpoint));
     return merged;
   }
   if (!use_checkpoint) {
+    from_pod_resources.entries.merge(from_pod_resources.claims);
     merged.entries = values(std::move(from_pod_resources.entries));
     return merged;
   }
 
   // Both sources answered: mode auto.
   std::map<std::string, std::pair<std::pair<std::string, std::string>, const LivePod*>> pod_by_uid;
-  if (sources.live_pods != nullptr) {
-    for (const auto& [name, pod] : *sources.live_pods) pod_by_uid[pod.uid] = {name, &pod};
+  if (sources.live != nullptr) {
+    for (const auto& [name, pod] : sources.live->pods) pod_by_uid[pod.uid] = {name, &pod};
   }
   auto disagreement = [&](DisagreementKind kind, const EntryKey& key, const AllocationEntry* checkpoint,
                           const AllocationEntry* pod_resources) {
@@ -169,12 +278,8 @@ MergedAllocations merge_allocations(const AllocationSources& sources, Allocation
     disagreement(DisagreementKind::kOnlyInPodResources, key, nullptr, &entry);
     chosen.emplace(key, std::move(entry));
   }
-  // Disagreements in key order, whatever loop found them.
-  std::sort(merged.disagreements.begin(), merged.disagreements.end(),
-            [](const AllocationDisagreement& a, const AllocationDisagreement& b) {
-              return std::tie(a.pod_uid, a.container_name, a.resource) <
-                     std::tie(b.pod_uid, b.container_name, b.resource);
-            });
+  sort_disagreements(merged.disagreements);
+  chosen.merge(from_pod_resources.claims);
   merged.entries = values(std::move(chosen));
   return merged;
 }

@@ -174,6 +174,7 @@ const std::map<std::string, Setter>& setters() {
                          {"cgroupfs", CgroupDriver::kCgroupfs},
                          {"systemd", CgroupDriver::kSystemd}});
        }},
+      {"kubelet.root_dir", [](auto& n, Config& c) { return as_absolute_path(n, c.kubelet.root_dir); }},
       {"kubelet.checkpoint", [](auto& n, Config& c) { return as_absolute_path(n, c.kubelet.checkpoint); }},
       {"kubelet.on_invalid_checksum", [](auto& n, Config& c) {
          return as_enum(n, c.kubelet.on_invalid_checksum,
@@ -199,6 +200,8 @@ const std::map<std::string, Setter>& setters() {
        [](auto& n, Config& c) { return as_duration(n, c.kubelet.plugin_probe_timeout, D{10}, D{60000}); }},
       {"kubelet.remediate_stale_checkpoint",
        [](auto& n, Config& c) { return as_bool(n, c.kubelet.remediate_stale_checkpoint); }},
+      {"kubelet.stale_confirm_after",
+       [](auto& n, Config& c) { return as_duration(n, c.kubelet.stale_confirm_after, D{100}, D{86400000}); }},
       {"kubelet.unit", [](auto& n, Config& c) {
          if (auto p = as_string(n, c.kubelet.unit)) return p;
          return c.kubelet.unit.empty() ? Problem("must name a systemd unit") : std::nullopt;
@@ -211,9 +214,12 @@ const std::map<std::string, Setter>& setters() {
          c.runtime.state_dirs = std::move(dirs);
          return std::nullopt;
        }},
-      {"runtime.builtin_devices", [](auto& n, Config& c) {
-         return as_enum(n, c.runtime.builtin_devices,
-                        {{"runc-1.1", BuiltinDevices::kRunc1_1}, {"runc-1.2", BuiltinDevices::kRunc1_2}});
+      // Removed: a cgroup v2 repair no longer rebuilds the runtime's device list from a guess
+      // of its built-in devices; it adds the wanted devices to the programs in force. A
+      // config that still sets it is told so rather than silently ignored.
+      {"runtime.builtin_devices", [](auto&, Config&) -> Problem {
+         return "was removed: cgroup v2 repairs now keep each runtime's own device list and only add the "
+                "allocated devices; delete this key";
        }},
       {"devices.dev_root", [](auto& n, Config& c) { return as_absolute_path(n, c.devices.dev_root); }},
       {"devices.proc_root", [](auto& n, Config& c) { return as_absolute_path(n, c.devices.proc_root); }},
@@ -223,12 +229,26 @@ const std::map<std::string, Setter>& setters() {
          return std::nullopt;
        }},
       {"devices.control", [](auto& n, Config& c) { return as_node_names(n, c.devices.control); }},
+      {"devices.dra_drivers", [](auto& n, Config& c) { return as_string_list(n, c.devices.dra_drivers); }},
+      {"cdi.spec_dirs", [](auto& n, Config& c) -> Problem {
+         if (auto p = as_string_list(n, c.cdi.spec_dirs)) return p;
+         for (const auto& dir : c.cdi.spec_dirs)
+           if (dir.front() != '/') return "'" + dir + "' must be an absolute path";
+         return std::nullopt;
+       }},
       {"devices.nvml_library", [](auto& n, Config& c) { return as_string(n, c.devices.nvml_library); }},
       {"devices.nvml_timeout",
        [](auto& n, Config& c) { return as_duration(n, c.devices.nvml_timeout, D{100}, D{600000}); }},
       {"devices.mig_map", [](auto& n, Config& c) { return as_mig_map(n, c.devices.mig_map); }},
-      {"repair.burst", [](auto& n, Config& c) { return as_uint(n, c.repair.burst, 1, 10000); }},
+      {"devices.env_visible", [](auto& n, Config& c) {
+         return as_enum(n, c.devices.env_visible,
+                        {{"report", EnvVisiblePolicy::kReport}, {"restore", EnvVisiblePolicy::kRestore}});
+       }},
+      {"repair.burst", [](auto& n, Config& c) { return as_uint(n, c.repair.burst, 1, 1000000); }},
       {"repair.max_per_minute", [](auto& n, Config& c) { return as_uint(n, c.repair.max_per_minute, 1, 600000); }},
+      {"repair.log_burst", [](auto& n, Config& c) { return as_uint(n, c.repair.log_burst, 1, 10000); }},
+      {"repair.log_interval",
+       [](auto& n, Config& c) { return as_duration(n, c.repair.log_interval, D{100}, D{3600000}); }},
       {"repair.rejected_backoff",
        [](auto& n, Config& c) { return as_duration(n, c.repair.rejected_backoff, D{100}, D{3600000}); }},
       {"daemon.resync_interval",
@@ -236,6 +256,13 @@ const std::map<std::string, Setter>& setters() {
       {"daemon.program_query_interval",
        [](auto& n, Config& c) { return as_duration(n, c.daemon.program_query_interval, D{100}, D{3600000}); }},
       {"metrics.listen", [](auto& n, Config& c) { return as_listen_address(n, c.metrics.listen); }},
+      {"metrics.web_config",
+       [](auto& n, Config& c) {  // null or "": off
+         if (n.IsNull() || (n.IsScalar() && n.Scalar().empty())) return c.metrics.web_config.clear(), Problem{};
+         return as_absolute_path(n, c.metrics.web_config);
+       }},
+      {"metrics.health_stale_after",
+       [](auto& n, Config& c) { return as_duration(n, c.metrics.health_stale_after, D{1000}, D{3600000}); }},
       {"probe.enabled", [](auto& n, Config& c) { return as_bool(n, c.probe.enabled); }},
       {"probe.syscall_hook", [](auto& n, Config& c) {
          return as_enum(n, c.probe.syscall_hook,
@@ -248,6 +275,31 @@ const std::map<std::string, Setter>& setters() {
        [](auto& n, Config& c) { return as_duration(n, c.probe.syscall_hook_linger, D{0}, D{86400000}); }},
       {"systemd.bus_address", [](auto& n, Config& c) { return as_string(n, c.systemd.bus_address); }},
       {"systemd.timeout", [](auto& n, Config& c) { return as_duration(n, c.systemd.timeout, D{10}, D{60000}); }},
+      {"systemd.unit_dirs", [](auto& n, Config& c) -> Problem {
+         std::vector<std::string> dirs;
+         if (auto p = as_string_list(n, dirs)) return p;
+         for (const auto& d : dirs)
+           if (d.empty() || d[0] != '/') return "'" + d + "' must be an absolute path";
+         c.systemd.unit_dirs = std::move(dirs);
+         return std::nullopt;
+       }},
+      {"kubernetes.api_server", [](auto& n, Config& c) -> Problem {
+         if (auto p = as_string(n, c.kubernetes.api_server)) return p;
+         while (!c.kubernetes.api_server.empty() && c.kubernetes.api_server.back() == '/') c.kubernetes.api_server.pop_back();
+         const std::string& url = c.kubernetes.api_server;
+         if (url.empty()) return std::nullopt;  // in-cluster: KUBERNETES_SERVICE_HOST/_PORT
+         if (url.rfind("https://", 0) != 0 || url.size() == 8 || url.find_first_of("/?# ", 8) != std::string::npos)
+           return "must be https://host[:port] or empty, got '" + url + "'";
+         return std::nullopt;
+       }},
+      {"kubernetes.token_file", [](auto& n, Config& c) { return as_absolute_path(n, c.kubernetes.token_file); }},
+      {"kubernetes.ca_file", [](auto& n, Config& c) { return as_absolute_path(n, c.kubernetes.ca_file); }},
+      {"events.enabled", [](auto& n, Config& c) {
+         return as_enum(n, c.events.enabled,
+                        {{"auto", EventsPolicy::kAuto}, {"true", EventsPolicy::kOn}, {"false", EventsPolicy::kOff}});
+       }},
+      {"events.pod_writes_per_minute",
+       [](auto& n, Config& c) { return as_uint(n, c.events.pod_writes_per_minute, 1, 600); }},
       {"log.level", [](auto& n, Config& c) {
          if (auto p = as_string(n, c.log.level)) return p;
          static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
@@ -324,13 +376,34 @@ std::string format_duration(Duration d) {
   return std::to_string(ms) + "ms";
 }
 
+namespace {
+
+// The kubelet paths that live under kubelet.root_dir unless the file names them itself.
+struct KubeletRootPath {
+  std::string Config::Kubelet::*field;
+  const char* under_root;
+};
+constexpr KubeletRootPath kKubeletRootPaths[] = {
+    {&Config::Kubelet::checkpoint, "/device-plugins/kubelet_internal_checkpoint"},
+    {&Config::Kubelet::pod_resources_socket, "/pod-resources/kubelet.sock"},
+    {&Config::Kubelet::device_plugins_dir, "/device-plugins"},
+};
+
+}  // namespace
+
 Result<Config> parse_config(std::string_view yaml_text, const std::string& file_name) {
   Config config;
+  // Empty marks "not set by the file" (an explicit key must be an absolute path).
+  for (const auto& p : kKubeletRootPaths) (config.kubelet.*p.field).clear();
   try {
     YAML::Node root = YAML::Load(std::string(yaml_text));
     if (auto s = walk(root, "", config, file_name); !s) return s.error();
   } catch (const YAML::Exception& e) {
     return Error{file_name + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg};
+  }
+  const std::string root = config.kubelet.root_dir == "/" ? "" : config.kubelet.root_dir;
+  for (const auto& p : kKubeletRootPaths) {
+    if ((config.kubelet.*p.field).empty()) config.kubelet.*p.field = root + p.under_root;
   }
   return config;
 }

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/desired_state.h"
 #include "core/model.h"
 #include "core/result.h"
 
@@ -20,12 +21,12 @@ enum class CgroupVersion { kAuto, kV1, kV2 };
 enum class CgroupDriver { kAuto, kCgroupfs, kSystemd };
 enum class AllocationSource { kAuto, kCheckpoint, kPodResources };
 enum class InvalidChecksumPolicy { kUse, kIgnore };
-// The devices runc allows beyond the spec on cgroup v2 (tun was dropped in runc 1.2).
-enum class BuiltinDevices { kRunc1_1, kRunc1_2 };
 // When the probe's syscall hook (denied opens, exact v2 attach events, rule-write results)
 // is attached. It slows every syscall on the node while attached. auto: on-drift when the
 // kernel names rule writers without it (cap_capable tracepoint, >= 6.14), else always.
 enum class SyscallHookPolicy { kAuto, kAlways, kOnDrift, kOff };
+// Kubernetes Events on affected pods. auto: on when an API server is known.
+enum class EventsPolicy { kAuto, kOn, kOff };
 
 using Duration = std::chrono::milliseconds;
 
@@ -40,6 +41,10 @@ struct Config {
   } cgroup;
 
   struct Kubelet {
+    // kubelet's --root-dir (k0s, microk8s and others move it). checkpoint,
+    // pod_resources_socket and device_plugins_dir default to their places under it; a key
+    // set explicitly in the file wins (parse_config derives the rest).
+    std::string root_dir = "/var/lib/kubelet";
     std::string checkpoint = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint";
     InvalidChecksumPolicy on_invalid_checksum = InvalidChecksumPolicy::kUse;
     AllocationSource source = AllocationSource::kAuto;
@@ -50,11 +55,13 @@ struct Config {
     Duration plugin_probe_interval{30000};
     Duration plugin_probe_timeout{2000};
     bool remediate_stale_checkpoint = false;
+    // A stale verdict must hold at two checks (each against a fresh inventory) this far
+    // apart before the remediation runs.
+    Duration stale_confirm_after{300000};
     std::string unit = "kubelet.service";
   } kubelet;
 
   struct Runtime {
-    BuiltinDevices builtin_devices = BuiltinDevices::kRunc1_1;
     std::vector<std::string> state_dirs = {
         "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
         "/run/containers/storage/overlay-containers",
@@ -64,17 +71,44 @@ struct Config {
   struct Devices {
     std::string dev_root = "/dev";
     std::string proc_root = "/proc";
-    std::vector<std::string> resources = {"nvidia.com/gpu", "nvidia.com/mig-*"};
+    // Time-slicing with renameByDefault renames the resources to *.shared.
+    std::vector<std::string> resources = {"nvidia.com/gpu", "nvidia.com/mig-*", "nvidia.com/gpu.shared",
+                                          "nvidia.com/mig-*.shared"};
+    // DRA drivers (globs on a claim's driver_name) whose claims are GPU allocations.
+    std::vector<std::string> dra_drivers = {"gpu.nvidia.com", "gpu.amd.com", "gpu.intel.com"};
     std::vector<std::string> control = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"};
     std::string nvml_library = "libnvidia-ml.so.1";
     Duration nvml_timeout{10000};
     // Operator-provided MIG UUID → (GPU minor, GI, CI), used where NVML gives no answer.
     std::vector<MigDevice> mig_map;
+    // GPUs a container without allocation reaches through NVIDIA_VISIBLE_DEVICES:
+    // report (default) or restore (core/env_visible.h).
+    EnvVisiblePolicy env_visible = EnvVisiblePolicy::kReport;
   } devices;
 
+  // Container Device Interface spec files (JSON or YAML), for the CDI names of device
+  // plugins' AllocResp and of DRA claims. A device defined in a later directory wins.
+  struct Cdi {
+    std::vector<std::string> spec_dirs = {"/etc/cdi", "/var/run/cdi"};
+  } cdi;
+
   struct Repair {
-    std::uint32_t burst = 10;            // back-to-back repairs of one container
-    std::uint32_t max_per_minute = 120;  // sustained repair rate of one container
+    // The fight-loop guard (RepairBudget): a token bucket per container, `burst` tokens,
+    // refilled at `max_per_minute`. Repairs are delayed only once it is empty, which takes
+    // burst / (rate - 20/s) of re-applies at `rate`:
+    //   200/s (the fastest real re-applier we size for)  33 s   (5 s of it uses 900 tokens)
+    //   100/s                                             75 s
+    //   2000/s, 10000/s (a writer in a tight loop)       3 s, 0.6 s
+    //   <= 20/s (CPUManager reconcile, 10 s period: 0.1/s; a systemd reload storm: one
+    //   re-apply per unit per reload, dozens in all)     never
+    // Only an endless fight empties it; it is then held to 20 repairs/s (a few ms of CPU a
+    // second) and the container counts in gpu_devwatch_containers_throttled (alerted on).
+    std::uint32_t burst = 6000;           // repairs of one container before the guard engages
+    std::uint32_t max_per_minute = 1200;  // sustained repair rate of one container
+    // Log lines about repairs, per container: the first `log_burst`, then one per
+    // `log_interval` carrying the count of those not logged. Never delays a repair.
+    std::uint32_t log_burst = 10;
+    Duration log_interval{10000};
     Duration rejected_backoff{30000};    // after the kernel refuses a grant
   } repair;
 
@@ -87,6 +121,11 @@ struct Config {
 
   struct Metrics {
     std::string listen = "0.0.0.0:9477";  // empty: no HTTP server
+    // exporter-toolkit web config file (TLS, basic auth); empty: plain HTTP, no auth.
+    std::string web_config;
+    // /healthz answers 503 once the event loop has not turned for this long (systemd's
+    // WatchdogSec, when set, takes its place).
+    Duration health_stale_after{30000};
   } metrics;
 
   struct Probe {
@@ -99,7 +138,23 @@ struct Config {
   struct Systemd {
     std::string bus_address;  // empty: the system bus
     Duration timeout{2000};
+    // Where systemd keeps runtime unit files and drop-ins, highest priority first: a
+    // scope's DeviceAllow= is read there (exposure, node/exposure.h).
+    std::vector<std::string> unit_dirs = {"/run/systemd/system.control", "/run/systemd/transient"};
   } systemd;
+
+  // The API server, for Kubernetes Events. Empty api_server: the in-cluster convention,
+  // https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
+  struct Kubernetes {
+    std::string api_server;
+    std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+    std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+  } kubernetes;
+
+  struct Events {
+    EventsPolicy enabled = EventsPolicy::kAuto;
+    std::uint32_t pod_writes_per_minute = 4;  // API writes one pod's events may cost
+  } events;
 
   struct Log {
     std::string level = "info";

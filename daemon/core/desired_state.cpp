@@ -120,6 +120,33 @@ void add_device_spec(Collector& out, DesiredDevices& desired, const Inventory& i
   out.add(it->second, access ? *access : kAccessReadWrite, name, "DeviceSpec " + spec.host_path);
 }
 
+// A CDI device's nodes. `reason` says where the name came from.
+void add_cdi(Collector& out, DesiredDevices& desired, const Inventory& inv, const std::string& cdi_name,
+             const std::string& reason) {
+  auto it = inv.cdi_devices.find(cdi_name);
+  if (it == inv.cdi_devices.end()) {
+    desired.unresolved.push_back("CDI device " + cdi_name + " (" + reason + "): no CDI spec in cdi.spec_dirs defines it");
+    desired.unresolved_cdi.push_back(cdi_name);
+    return;
+  }
+  constexpr std::string_view kDev = "/dev/";
+  for (const auto& node : it->second) {
+    const bool under_dev = node.host_path.rfind(kDev, 0) == 0;
+    std::string name = under_dev ? node.host_path.substr(kDev.size()) : node.host_path;
+    std::optional<DeviceNumber> dev = node.number;
+    if (!dev && under_dev) {
+      if (auto found = inv.dev_nodes.find(name); found != inv.dev_nodes.end()) dev = found->second;
+    }
+    if (!dev) {
+      desired.unresolved.push_back("CDI device " + cdi_name + ": " + node.host_path +
+                                   " is no character device under devices.dev_root");
+      continue;
+    }
+    auto access = parse_access(node.permissions);
+    out.add(*dev, access ? *access : kAccessReadWrite, std::move(name), "CDI " + cdi_name);
+  }
+}
+
 std::optional<DeviceNumber> control_node(const Inventory& inv, const std::string& name) {
   if (auto it = inv.dev_nodes.find(name); it != inv.dev_nodes.end()) return it->second;
   for (const auto& known : kKnownControlNodes) {
@@ -136,6 +163,13 @@ bool resource_matches(const std::vector<std::string>& globs, const std::string& 
                      [&](const std::string& g) { return ::fnmatch(g.c_str(), resource.c_str(), 0) == 0; });
 }
 
+bool is_dra(const AllocationEntry& entry) { return !entry.dra_claim.empty(); }
+
+bool entry_watched(const DesiredPolicy& policy, const AllocationEntry& entry) {
+  return is_dra(entry) ? resource_matches(policy.dra_driver_globs, entry.resource)
+                       : resource_matches(policy.resource_globs, entry.resource);
+}
+
 std::string strip_replica_suffix(const std::string& device_id) {
   auto pos = device_id.find("::");
   return pos == std::string::npos ? device_id : device_id.substr(0, pos);
@@ -145,10 +179,19 @@ DesiredDevices compute_desired(const std::vector<AllocationEntry>& entries, cons
                                const DesiredPolicy& policy) {
   DesiredDevices desired;
   Collector out;
+  bool device_plugin_gpu = false;  // control nodes go with these only
   for (const auto& entry : entries) {
-    if (!resource_matches(policy.resource_globs, entry.resource)) continue;
-    if (entry.device_ids.empty() && entry.device_specs.empty()) continue;
+    if (!entry_watched(policy, entry)) continue;
+    if (is_dra(entry)) {
+      if (entry.cdi_devices.empty()) continue;
+      desired.holds_gpu = true;
+      for (const auto& name : entry.cdi_devices)
+        add_cdi(out, desired, inventory, name, "DRA claim " + entry.dra_claim + " of " + entry.resource);
+      continue;
+    }
+    if (entry.device_ids.empty() && entry.device_specs.empty() && entry.cdi_devices.empty()) continue;
     desired.holds_gpu = true;
+    device_plugin_gpu = true;
     for (const auto& raw_id : entry.device_ids) {
       std::string id = strip_replica_suffix(raw_id);
       if (id.rfind("MIG-", 0) == 0) {
@@ -158,8 +201,9 @@ DesiredDevices compute_desired(const std::vector<AllocationEntry>& entries, cons
       }
     }
     for (const auto& spec : entry.device_specs) add_device_spec(out, desired, inventory, spec);
+    for (const auto& name : entry.cdi_devices) add_cdi(out, desired, inventory, name, entry.resource + " AllocResp");
   }
-  if (desired.holds_gpu) {
+  if (device_plugin_gpu) {
     for (const auto& name : policy.control_names) {
       // A control node that neither exists nor has its driver registered is not on this
       // host: nothing to grant.
@@ -170,7 +214,20 @@ DesiredDevices compute_desired(const std::vector<AllocationEntry>& entries, cons
   std::sort(desired.unresolved.begin(), desired.unresolved.end());
   desired.unresolved.erase(std::unique(desired.unresolved.begin(), desired.unresolved.end()),
                            desired.unresolved.end());
+  std::sort(desired.unresolved_cdi.begin(), desired.unresolved_cdi.end());
+  desired.unresolved_cdi.erase(std::unique(desired.unresolved_cdi.begin(), desired.unresolved_cdi.end()),
+                               desired.unresolved_cdi.end());
   return desired;
+}
+
+DesiredDevices desired_for_device_ids(const std::vector<std::string>& device_ids, const Inventory& inventory,
+                                      const DesiredPolicy& policy) {
+  AllocationEntry entry;
+  entry.resource = "NVIDIA_VISIBLE_DEVICES";
+  entry.device_ids = device_ids;
+  DesiredPolicy any_resource = policy;
+  any_resource.resource_globs = {entry.resource};
+  return compute_desired({entry}, inventory, any_resource);
 }
 
 std::vector<WantedDevice> missing_devices(const DesiredDevices& desired, const DeviceList& actual) {

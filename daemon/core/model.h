@@ -19,7 +19,16 @@ struct DeviceSpec {
   bool operator==(const DeviceSpec&) const = default;
 };
 
-// What kubelet recorded for one (pod, container, resource).
+// A device node that a CDI device's containerEdits add (its own and its spec's).
+struct CdiDeviceNode {
+  std::string host_path;               // absolute (hostPath, else path)
+  std::optional<DeviceNumber> number;  // from the spec's major/minor; else stat() of host_path
+  std::string permissions;             // as the spec says ("rw", "rwm"); empty: rw
+  bool operator==(const CdiDeviceNode&) const = default;
+};
+
+// What kubelet recorded for one (pod, container, resource), or for one DRA claim's devices
+// of one driver (dra_claim set; resource is then the driver name, cdi_devices the names).
 struct AllocationEntry {
   std::string pod_uid;
   std::string container_name;
@@ -33,6 +42,9 @@ struct AllocationEntry {
   std::map<std::string, std::string> annotations;
   // Set when AllocResp was present but could not be decoded; device_ids still count.
   std::optional<std::string> alloc_resp_error;
+  // DRA (PodResources dynamic_resources): "<claim namespace>/<claim name>"; empty for a
+  // device plugin's entry.
+  std::string dra_claim;
 };
 
 struct GpuDevice {
@@ -64,6 +76,9 @@ struct Inventory {
   // Existing nodes under dev_root, by path relative to it ("nvidia0", "nvidia-uvm",
   // "nvidia-caps/nvidia-cap12") → the st_rdev that stat() reported.
   std::map<std::string, DeviceNumber> dev_nodes;
+  // The CDI devices the spec files in cdi.spec_dirs define: fully qualified name
+  // ("nvidia.com/gpu=0") → its device nodes, the spec-level ones included.
+  std::map<std::string, std::vector<CdiDeviceNode>> cdi_devices;
   // Where MIG mappings came from ("nvml", "config", "none") and non-fatal problems.
   std::string mig_source = "none";
   std::vector<std::string> problems;

@@ -143,15 +143,27 @@ Status DevicePluginProber::start() {
         &call->context, &call->request, &call->response,
         [round, i, signal = impl.signal, started, path,
          timeout = impl.timeout](grpc::Status status) {
-          std::lock_guard lock(round->mu);
-          DevicePluginProbe& result = round->results[i];
-          result.latency = kubeletapi::elapsed_since(started);
-          result.up = status.ok();
-          if (!status.ok()) result.error = kubeletapi::classify_status(status, kCall, path, timeout);
-          if (--round->running == 0) {
-            round->ready = true;
-            round->finished.notify_all();
-            signal->raise();
+          // Nothing escapes gRPC's callback thread (it would terminate the daemon): a
+          // failure becomes this probe's error, and the round still completes.
+          std::optional<CallError> error;
+          try {
+            if (!status.ok()) error = kubeletapi::classify_status(status, kCall, path, timeout);
+          } catch (...) {
+            error = kubeletapi::current_exception_error(kCall);
+          }
+          try {
+            std::lock_guard lock(round->mu);
+            DevicePluginProbe& result = round->results[i];
+            result.latency = kubeletapi::elapsed_since(started);
+            result.up = !error.has_value();
+            result.error = std::move(error);
+            if (--round->running == 0) {
+              round->ready = true;
+              round->finished.notify_all();
+              signal->raise();
+            }
+          } catch (...) {
+            // Only the mutex can throw here; the prober's wait is bounded (kCancelWait).
           }
         });
   }

@@ -84,6 +84,21 @@ std::optional<CallError> check_socket(const std::string& call, const std::string
   return std::nullopt;
 }
 
+CallError current_exception_error(const char* call) noexcept {
+  CallError error;  // kOther with an empty message if even the message cannot be built
+  try {
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      error.message = std::string(call) + ": failed in gRPC's callback: " + e.what();
+    } catch (...) {
+      error.message = std::string(call) + ": failed in gRPC's callback (unknown exception)";
+    }
+  } catch (...) {
+  }
+  return error;
+}
+
 std::chrono::microseconds elapsed_since(std::chrono::steady_clock::time_point started) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
 }

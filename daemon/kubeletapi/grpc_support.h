@@ -58,6 +58,11 @@ CallError classify_status(const grpc::Status& status, const std::string& call, c
 // kSocketAbsent / kOther when `path` is missing or not a socket; nullopt when it is one.
 std::optional<CallError> check_socket(const std::string& call, const std::string& path);
 
+// The exception being handled (call only inside a catch block) as a kOther CallError. For
+// gRPC callback threads: an exception escaping one would terminate the daemon, so every
+// callback catches at its boundary and reports this instead. Never throws.
+CallError current_exception_error(const char* call) noexcept;
+
 // How long since `started`, for latency reports.
 std::chrono::microseconds elapsed_since(std::chrono::steady_clock::time_point started);
 

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "kubeletapi/grpc_support.h"
+#include "kubeletapi/pod_resources_decode.h"
 #include "podresources_v1.grpc.pb.h"
 
 namespace gdw {
@@ -32,23 +33,24 @@ struct ListCall {
   v1::ListPodResourcesResponse response;
 };
 
-std::vector<PodResourcesContainer> containers_of(const v1::ListPodResourcesResponse& response) {
-  std::vector<PodResourcesContainer> out;
-  for (const auto& pod : response.pod_resources()) {
-    for (const auto& container : pod.containers()) {
-      PodResourcesContainer c;
-      c.pod_namespace = pod.namespace_();
-      c.pod_name = pod.name();
-      c.container_name = container.name();
-      // kubelet sends one ContainerDevices per device: gather them per resource.
-      for (const auto& devices : container.devices()) {
-        auto& ids = c.devices[devices.resource_name()];
-        ids.insert(ids.end(), devices.device_ids().begin(), devices.device_ids().end());
-      }
-      out.push_back(std::move(c));
+// What the finished call says. Runs on gRPC's callback thread, so nothing may escape it: an
+// exception (say, bad_alloc on a huge answer) becomes the call's error.
+PodResourcesOutcome outcome_of(const grpc::Status& status, const ListCall& call,
+                               std::chrono::steady_clock::time_point started, const std::string& path,
+                               Duration timeout) noexcept {
+  PodResourcesOutcome outcome;
+  try {
+    outcome.latency = kubeletapi::elapsed_since(started);
+    if (status.ok()) {
+      outcome.containers = pod_resources_containers(call.response);
+    } else {
+      outcome.error = kubeletapi::classify_status(status, kCall, path, timeout);
     }
+  } catch (...) {
+    outcome.containers.clear();
+    outcome.error = kubeletapi::current_exception_error(kCall);
   }
-  return out;
+  return outcome;
 }
 
 }  // namespace
@@ -139,18 +141,16 @@ Status PodResourcesClient::start_list(std::chrono::steady_clock::time_point now)
       &call->context, &call->request, &call->response,
       [call, mailbox = impl.mailbox, signal = impl.signal, started, path,
        timeout = impl.options.timeout](grpc::Status status) {
-        PodResourcesOutcome outcome;
-        outcome.latency = kubeletapi::elapsed_since(started);
-        if (status.ok()) {
-          outcome.containers = containers_of(call->response);
-        } else {
-          outcome.error = kubeletapi::classify_status(status, kCall, path, timeout);
+        PodResourcesOutcome outcome = outcome_of(status, *call, started, path, timeout);
+        try {
+          std::lock_guard lock(mailbox->mu);
+          mailbox->outcome = std::move(outcome);
+          mailbox->running = false;
+          mailbox->finished.notify_all();
+          signal->raise();
+        } catch (...) {
+          // Only the mutex can throw here; the client's wait for `running` is bounded.
         }
-        std::lock_guard lock(mailbox->mu);
-        mailbox->outcome = std::move(outcome);
-        mailbox->running = false;
-        mailbox->finished.notify_all();
-        signal->raise();
       });
   return {};
 }

@@ -12,6 +12,8 @@
 #include <memory>
 #include <vector>
 
+#include "log/escape.h"
+
 namespace gdw::log {
 namespace {
 
@@ -75,10 +77,7 @@ void append_field(std::string& line, const char* key, std::string_view value) {
   line += ' ';
   line += key;
   line += '=';
-  bool quote = value.find_first_of(" \"") != std::string_view::npos;
-  if (quote) line += '"';
-  line += value;
-  if (quote) line += '"';
+  line += logfmt_value(value);
 }
 
 }  // namespace
@@ -116,7 +115,8 @@ void write(Level level, std::string_view message, const Fields& f) {
     for (auto& e : entries) iov.push_back({e.data(), e.size()});
     if (sd_journal_sendv(iov.data(), static_cast<int>(iov.size())) >= 0) return;
   }
-  std::string line(message);
+  // Whatever a caller put in the message (tenant strings included) stays on this line.
+  std::string line = escape_text(message);
   append_field(line, "namespace", f.pod_namespace);
   append_field(line, "pod", f.pod);
   append_field(line, "container", f.container);

@@ -1,6 +1,7 @@
 // Logging: spdlog text on stderr, or journald entries with structured fields (POD,
 // NAMESPACE, CONTAINER, DEVICE, RULE, CGROUP, WRITER) when stderr is connected to the
 // journal (systemd sets JOURNAL_STREAM). Callers log once, where they have the context.
+// Text lines are logfmt-escaped (log/escape.h): no message or field can start a new line.
 #pragma once
 
 #include <string>

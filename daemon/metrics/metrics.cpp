@@ -1,7 +1,6 @@
 #include "metrics/metrics.h"
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -132,6 +131,26 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Help("Containers whose devices the checkpoint and the PodResources API report differently.")
                         .Register(r)
                         .Add({});
+  ambiguous_pod_identities_ = &BuildGauge()
+                                   .Name("gpu_devwatch_ambiguous_pod_identities")
+                                   .Help("Pod names (namespace/name) held by more than one live pod UID: PodResources entries for them are not used (checkpoint entries, keyed by UID, are).")
+                                   .Register(r)
+                                   .Add({});
+  identity_conflicts_ = &BuildGauge()
+                            .Name("gpu_devwatch_identity_conflicts")
+                            .Help("Containers whose OCI bundle contradicts their cgroup (pod UID, runtime, container ID): the bundle is not used.")
+                            .Register(r)
+                            .Add({});
+  cdi_spec_errors_ = &BuildGauge()
+                          .Name("gpu_devwatch_cdi_spec_errors")
+                          .Help("CDI spec files in cdi.spec_dirs that could not be read or parsed: their devices are not defined.")
+                          .Register(r)
+                          .Add({});
+  cdi_unresolved_devices_ = &BuildGauge()
+                                 .Name("gpu_devwatch_cdi_unresolved_devices")
+                                 .Help("CDI device names allocated to running GPU containers (AllocResp, DRA claims) that no CDI spec defines: nothing is granted for them.")
+                                 .Register(r)
+                                 .Add({});
   device_programs_ = &BuildGauge()
                          .Name("gpu_devwatch_device_programs")
                          .Help("cgroup v2: device programs attached to watched GPU containers, by owner (ours, systemd, runtime).")
@@ -151,6 +170,14 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                      .Help("Device IDs in the kubelet checkpoint that are not on this host.")
                                      .Register(r)
                                      .Add({});
+  remediation_held_ = &BuildGauge()
+                           .Name("gpu_devwatch_checkpoint_remediation_held")
+                           .Help("1 for why a stale checkpoint is not remediated now: inventory-unconfirmed (no fresh "
+                                 "inventory, NVML asked again), awaiting-confirmation (kubelet.stale_confirm_after), "
+                                 "devices-in-use (running containers hold devices it names).")
+                           .Register(r);
+  for (const char* reason : {"inventory-unconfirmed", "awaiting-confirmation", "devices-in-use"})
+    remediation_held_->Add({{"reason", reason}}).Set(0);
   remediations_ = &BuildCounter()
                        .Name("gpu_devwatch_checkpoint_remediations_total")
                        .Help("Stale checkpoints moved aside and kubelet restarted (kubelet.remediate_stale_checkpoint), by result.")
@@ -184,26 +211,80 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                       .Register(r);
   denied_opens_ = &BuildCounter()
                        .Name("gpu_devwatch_denied_opens_total")
-                       .Help("Opens of GPU device nodes that failed with EPERM inside a GPU container.")
+                       .Help("Opens that failed with EPERM inside a GPU container: device is the container's GPU node "
+                             "opened by its registered path, or other (anything else).")
                        .Register(r);
   ring_buffer_drops_ = &BuildCounter()
                             .Name("gpu_devwatch_probe_ring_buffer_drops_total")
                             .Help("Probe events lost because the ring buffer was full.")
                             .Register(r)
                             .Add({});
+  events_sent_ = &BuildCounter()
+                      .Name("gpu_devwatch_events_sent_total")
+                      .Help("Kubernetes Event writes (POST or PATCH) the API server accepted.")
+                      .Register(r)
+                      .Add({});
+  events_dropped_ = &BuildCounter()
+                         .Name("gpu_devwatch_events_dropped_total")
+                         .Help("Kubernetes Event writes dropped, by reason (queue_full, unreachable, rejected, credentials, invalid_object).")
+                         .Register(r);
+  for (const char* reason : {"queue_full", "unreachable", "rejected", "credentials", "invalid_object"})
+    events_dropped_->Add({{"reason", reason}});
+  exposed_devices_ = &BuildGauge()
+                          .Name("gpu_devwatch_exposed_devices")
+                          .Help("Devices a GPU container must have that the next re-apply of its device policy would "
+                                "revoke: its OCI spec's device rules do not allow them (runtime re-apply), or, on the "
+                                "systemd driver, its scope's DeviceAllow= lacks them (daemon-reload).")
+                          .Register(r);
+  containers_exposed_ = &BuildGauge()
+                             .Name("gpu_devwatch_containers_exposed")
+                             .Help("GPU containers with at least one exposed device (gpu_devwatch_exposed_devices > 0).")
+                             .Register(r)
+                             .Add({});
+  env_visible_containers_ = &BuildGauge()
+                                 .Name("gpu_devwatch_env_visible_containers")
+                                 .Help("Containers without a GPU allocation whose NVIDIA_VISIBLE_DEVICES names GPUs of "
+                                       "this node (restored only with devices.env_visible: restore).")
+                                 .Register(r)
+                                 .Add({});
 }
 
 Metrics::~Metrics() = default;
 
-Status Metrics::serve(const std::string& listen) {
-  std::string address = listen;
-  if (!address.empty() && address[0] == ':') address = "0.0.0.0" + address;
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address);
-    exposer_->RegisterCollectable(registry_);
-  } catch (const std::exception& e) {
-    return Error{"serving metrics on " + listen + ": " + e.what()};
+Status Metrics::serve(const std::string& listen, HttpHandler healthz, MetricsAccess access) {
+  listen_ = listen;
+  if (!listen_.empty() && listen_[0] == ':') listen_ = "0.0.0.0" + listen_;
+  healthz_ = std::move(healthz);
+  access_ = std::move(access);
+  return start_http(access_);
+}
+
+Status Metrics::reserve(MetricsAccess access) {
+  http_.reset();  // the port is free again for the new server
+  if (auto s = start_http(access); !s) {
+    if (auto again = start_http(access_); !again)
+      return Error{s.error().message + "; with the previous web config: " + again.error().message};
+    return s;
   }
+  access_ = std::move(access);
+  return {};
+}
+
+Status Metrics::start_http(const MetricsAccess& access) {
+  // The registry is thread-safe; nothing else of this object is touched off the loop.
+  std::map<std::string, HttpHandler> routes{
+      {"/metrics", [registry = registry_] {
+         return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
+                             prometheus::TextSerializer().Serialize(registry->Collect())};
+       }},
+      {"/healthz", healthz_}};
+  HttpServerOptions options;
+  options.tls = access.tls;
+  options.basic_auth = access.basic_auth;
+  options.unauthenticated_paths = {"/healthz"};
+  auto server = HttpServer::start(listen_, std::move(routes), options);
+  if (!server) return Error{"serving metrics: " + server.error().message};
+  http_ = std::move(*server);
   return {};
 }
 
@@ -236,7 +317,31 @@ void Metrics::set_containers_missing_devices(std::size_t n) { missing_->Set(stat
 void Metrics::set_containers_unidentified(std::size_t n) { unidentified_->Set(static_cast<double>(n)); }
 void Metrics::set_containers_throttled(std::size_t n) { fighting_->Set(static_cast<double>(n)); }
 
+void Metrics::set_container_exposure(const ContainerLabels& c, std::optional<std::size_t> exposed_devices,
+                                     bool env_visible) {
+  if (exposed_devices) {
+    exposed_devices_->Add(labels_of(c)).Set(static_cast<double>(*exposed_devices));
+    exposed_[c] = *exposed_devices;
+  } else if (exposed_.erase(c)) {
+    exposed_devices_->Remove(&exposed_devices_->Add(labels_of(c)));
+  }
+  if (env_visible) {
+    env_visible_.insert(c);
+  } else {
+    env_visible_.erase(c);
+  }
+  update_exposure_totals();
+}
+
+void Metrics::update_exposure_totals() {
+  std::size_t exposed = 0;
+  for (const auto& [c, n] : exposed_) exposed += n > 0;
+  containers_exposed_->Set(static_cast<double>(exposed));
+  env_visible_containers_->Set(static_cast<double>(env_visible_.size()));
+}
+
 void Metrics::forget(const ContainerLabels& c) {
+  set_container_exposure(c, std::nullopt, false);
   auto it = by_container_.find(c);
   if (it == by_container_.end()) return;
   for (const auto& s : it->second) s.family->Remove(s.counter);
@@ -262,6 +367,10 @@ void Metrics::pod_resources_call(const std::string& result, double latency_secon
   pod_resources_latency_->Add({}).Set(latency_seconds);
 }
 void Metrics::set_allocation_disagreements(std::size_t n) { disagreements_->Set(static_cast<double>(n)); }
+void Metrics::set_ambiguous_pod_identities(std::size_t n) { ambiguous_pod_identities_->Set(static_cast<double>(n)); }
+void Metrics::set_identity_conflicts(std::size_t n) { identity_conflicts_->Set(static_cast<double>(n)); }
+void Metrics::set_cdi_spec_errors(std::size_t n) { cdi_spec_errors_->Set(static_cast<double>(n)); }
+void Metrics::set_cdi_unresolved_devices(std::size_t n) { cdi_unresolved_devices_->Set(static_cast<double>(n)); }
 void Metrics::set_device_programs(const std::string& owner, std::size_t n) {
   device_programs_->Add({{"owner", owner}}).Set(static_cast<double>(n));
 }
@@ -271,6 +380,11 @@ void Metrics::set_checkpoint_stale(bool stale, std::size_t unknown_devices) {
   checkpoint_stale_->Set(stale ? 1 : 0);
   checkpoint_unknown_devices_->Set(static_cast<double>(unknown_devices));
 }
+void Metrics::set_checkpoint_remediation_held(const std::string& reason) {
+  for (const char* r : {"inventory-unconfirmed", "awaiting-confirmation", "devices-in-use"})
+    remediation_held_->Add({{"reason", r}}).Set(reason == r ? 1 : 0);
+}
+
 void Metrics::checkpoint_remediation(bool success) {
   remediations_->Add({{"result", success ? "success" : "error"}}).Increment();
 }
@@ -300,9 +414,13 @@ void Metrics::update_checkpoint_lag() {
 void Metrics::set_probe_loaded(bool loaded) { probe_loaded_->Set(loaded ? 1 : 0); }
 void Metrics::set_syscall_hook_attached(bool attached) { syscall_hook_attached_->Set(attached ? 1 : 0); }
 void Metrics::revocation(const std::string& writer) { revocations_->Add({{"writer", writer}}).Increment(); }
-void Metrics::denied_open(const ContainerLabels& c, const std::string& device) {
-  container_counter(*denied_opens_, c, {{"device", device}}).Increment();
+void Metrics::denied_open(const ContainerLabels& c, const std::string& device, std::uint64_t count) {
+  container_counter(*denied_opens_, c, {{"device", device}}).Increment(static_cast<double>(count));
 }
+void Metrics::event_sent() { events_sent_->Increment(); }
+
+void Metrics::event_dropped(const std::string& reason) { events_dropped_->Add({{"reason", reason}}).Increment(); }
+
 void Metrics::set_ring_buffer_drops(std::uint64_t total) {
   if (total > ring_buffer_drops_seen_) {
     ring_buffer_drops_->Increment(static_cast<double>(total - ring_buffer_drops_seen_));

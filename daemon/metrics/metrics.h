@@ -6,15 +6,18 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "core/result.h"
+#include "metrics/http_server.h"
+#include "metrics/metrics_access.h"
 
 namespace prometheus {
 class Registry;
-class Exposer;
 class Counter;
 class Gauge;
 class Histogram;
@@ -36,8 +39,14 @@ class Metrics {
   Metrics();
   ~Metrics();
 
-  // Serves /metrics at host:port (":port" = all addresses). Starts the HTTP server's threads.
-  Status serve(const std::string& listen);
+  // Serves /metrics and /healthz (answered by `healthz`, on a server thread) at host:port
+  // (":port" = all addresses). Starts the HTTP server's threads.
+  // `access` (metrics.web_config): TLS and basic auth; /healthz stays unauthenticated (the
+  // kubelet's probe sends no credentials).
+  Status serve(const std::string& listen, HttpHandler healthz, MetricsAccess access = {});
+  // Serves again with other access settings (same address, same /healthz); if that fails,
+  // the previous settings are served again and the error returned.
+  Status reserve(MetricsAccess access);
   // The text exposition, as served.
   std::string render() const;
 
@@ -54,6 +63,11 @@ class Metrics {
   // runtime), and programs our repairs replaced.
   void set_device_programs(const std::string& owner, std::size_t n);
   void programs_replaced(std::size_t n);
+  // Set when a container is (re)resolved (node/exposure.h, core/env_visible.h):
+  // `exposed_devices`: a GPU container's wanted devices the next re-apply would revoke
+  // (nullopt: not a GPU container, no series); `env_visible`: it reaches GPUs through
+  // NVIDIA_VISIBLE_DEVICES without an allocation. The node totals follow.
+  void set_container_exposure(const ContainerLabels& c, std::optional<std::size_t> exposed_devices, bool env_visible);
   // Forgets every series of a container that is gone.
   void forget(const ContainerLabels& c);
 
@@ -70,8 +84,16 @@ class Metrics {
   // Node health: PodResources, the checkpoint, device plugins
   void pod_resources_call(const std::string& result, double latency_seconds);  // result: ok | <error kind>
   void set_allocation_disagreements(std::size_t n);
+  void set_ambiguous_pod_identities(std::size_t n);
+  void set_identity_conflicts(std::size_t n);
+  // CDI: spec files in cdi.spec_dirs that do not parse (left out), and CDI device names
+  // allocated to running GPU containers (AllocResp, DRA claims) that no spec defines.
+  void set_cdi_spec_errors(std::size_t n);
+  void set_cdi_unresolved_devices(std::size_t n);
   void set_checkpoint_stale(bool stale, std::size_t unknown_devices);
   void checkpoint_remediation(bool success);
+  // Why a stale checkpoint is not remediated now (one of the three reasons), or "none".
+  void set_checkpoint_remediation_held(const std::string& reason);
   void set_device_plugin(const std::string& socket, bool up, double latency_seconds);
   void forget_device_plugin(const std::string& socket);
   void set_checkpoint_last_write(double unix_seconds);
@@ -81,15 +103,24 @@ class Metrics {
   void set_probe_loaded(bool loaded);
   void set_syscall_hook_attached(bool attached);
   void revocation(const std::string& writer);
-  void denied_open(const ContainerLabels& c, const std::string& device);
+  void denied_open(const ContainerLabels& c, const std::string& device, std::uint64_t count = 1);
   void set_ring_buffer_drops(std::uint64_t total);
+
+  // Kubernetes Events (any thread). reason: queue_full | unreachable | rejected |
+  // credentials | invalid_object.
+  void event_sent();
+  void event_dropped(const std::string& reason);
 
  private:
   prometheus::Counter& container_counter(prometheus::Family<prometheus::Counter>& family, const ContainerLabels& c,
                                          std::map<std::string, std::string> extra = {});
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpServer> http_;
+  std::string listen_;
+  HttpHandler healthz_;
+  MetricsAccess access_;
+  Status start_http(const MetricsAccess& access);
 
   prometheus::Family<prometheus::Counter>* drift_;
   prometheus::Family<prometheus::Counter>* regrants_;
@@ -114,11 +145,16 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* pod_resources_up_;
   prometheus::Family<prometheus::Gauge>* pod_resources_latency_;
   prometheus::Gauge* disagreements_;
+  prometheus::Gauge* ambiguous_pod_identities_;
+  prometheus::Gauge* identity_conflicts_;
+  prometheus::Gauge* cdi_spec_errors_;
+  prometheus::Gauge* cdi_unresolved_devices_;
   prometheus::Gauge* checkpoint_stale_;
   prometheus::Family<prometheus::Gauge>* device_programs_;
   prometheus::Counter* programs_replaced_;
   prometheus::Gauge* checkpoint_unknown_devices_;
   prometheus::Family<prometheus::Counter>* remediations_;
+  prometheus::Family<prometheus::Gauge>* remediation_held_;
   prometheus::Family<prometheus::Gauge>* plugin_up_;
   prometheus::Family<prometheus::Gauge>* plugin_latency_;
   prometheus::Gauge* checkpoint_last_write_;
@@ -131,6 +167,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* denied_opens_;
   prometheus::Counter* ring_buffer_drops_;
   std::uint64_t ring_buffer_drops_seen_ = 0;
+  prometheus::Counter* events_sent_;
+  prometheus::Family<prometheus::Counter>* events_dropped_;
 
   // Which per-container series exist, to remove them with the container.
   struct Series {
@@ -138,6 +176,12 @@ class Metrics {
     prometheus::Counter* counter;
   };
   std::map<ContainerLabels, std::vector<Series>> by_container_;
+  prometheus::Family<prometheus::Gauge>* exposed_devices_;
+  prometheus::Gauge* containers_exposed_;
+  prometheus::Gauge* env_visible_containers_;
+  std::map<ContainerLabels, std::size_t> exposed_;  // GPU containers' exposed device counts
+  std::set<ContainerLabels> env_visible_;
+  void update_exposure_totals();
 };
 
 }  // namespace gdw

@@ -9,8 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/allocation_merge.h"
 #include "core/desired_state.h"
+#include "core/env_visible.h"
 #include "core/model.h"
+#include "node/exposure.h"
 #include "runtime/bundles.h"
 #include "runtime/discovery.h"
 
@@ -41,7 +44,8 @@ enum class TargetKind {
   kGpu,           // has an allocation for a watched resource: watched and repaired
   kNotGpu,        // identified, no allocation: never touched
   kSandbox,       // pause container
-  kUnidentified,  // no OCI bundle found; reported when its pod holds devices
+  kUnidentified,  // no usable OCI bundle (none, names nobody, contradicts the cgroup);
+                  // reported when its pod holds devices
 };
 
 struct ContainerTarget {
@@ -51,10 +55,52 @@ struct ContainerTarget {
   const Bundle* bundle = nullptr;  // owned by the BundleIndex; valid until its next refresh
   DesiredDevices desired;
   std::string problem;  // why unidentified, or an identity mismatch worth reporting
+  bool identity_conflict = false;  // the bundle contradicts the cgroup: not used (Identification)
+  // No allocation of a watched resource, but NVIDIA_VISIBLE_DEVICES names GPUs: reported;
+  // with devices.env_visible: restore they are `desired` too (kind kGpu).
+  std::optional<EnvVisibleGpus> env_visible;
+  // kGpu: wanted nodes the next re-apply would revoke (set by NodeModel::resolve).
+  Exposure exposure;
 };
+
+// Who the container in `cgroup` is. The pod UID is always the cgroup path's (the kernel
+// enforces it); the bundle gives the names, from its runtime's own keys only
+// (runtime/oci_config.h). The bundle is not used, and the container is unidentified, when
+// it names nobody (runtime unknown, no container name) or contradicts the cgroup: another
+// pod UID (stated or in linux.cgroupsPath), another runtime than the cgroup leaf's, another
+// container ID than its directory's.
+struct Identification {
+  TargetKind kind = TargetKind::kUnidentified;  // kNotGpu here means "identified container"
+  std::optional<PodIdentity> identity;          // a sandbox's has no container name
+  std::string problem;    // why unidentified
+  bool conflict = false;  // the bundle contradicts the cgroup (a lie, or a runtime bug)
+};
+Identification identify_container(const DiscoveredContainer& cgroup, const Bundle* bundle);
 
 ContainerTarget resolve_container(const DiscoveredContainer& cgroup, const Bundle* bundle,
                                   const AllocationIndex& allocations, const Inventory& inventory,
                                   const DesiredPolicy& policy);
+
+// The live pods for merge_allocations(): every running container or sandbox cgroup that
+// identify_container() identifies, by (namespace, name) from its bundle and UID from its
+// cgroup; and as unnamed, every pod cgroup (`pod_uids`, from the tree's pod directories)
+// none of whose containers is identified. `bundle_of` finds a container ID's bundle
+// (nullptr: none).
+template <class BundleOf>
+LivePodIndex collect_live_pods(const std::vector<DiscoveredContainer>& containers,
+                               const std::vector<std::string>& pod_uids, BundleOf&& bundle_of) {
+  LivePodIndex index;
+  for (const auto& cg : containers) {
+    Identification id = identify_container(cg, bundle_of(cg.leaf.container_id));
+    index.saw_pod(cg.pod.pod_uid);
+    if (!id.identity) continue;
+    index.add({id.identity->pod_namespace, id.identity->pod_name}, id.identity->pod_uid, id.identity->container_name);
+  }
+  for (const auto& uid : pod_uids) index.saw_pod(uid);
+  return index;
+}
+
+// The pod UIDs of a kubepods tree's pod directories (QoS directories are skipped).
+std::vector<std::string> pod_uids_of(const std::vector<std::string>& parent_dirs);
 
 }  // namespace gdw

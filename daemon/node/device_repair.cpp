@@ -36,13 +36,7 @@ std::string describe_grant_error(int err) {
   return std::strerror(err);
 }
 
-std::vector<OciDeviceCgroupRule> enforced_spec(const OciContainerInfo& spec, BuiltinDevices builtins) {
-  return runc_enforced_rules(spec.device_rules, spec.devices,
-                             builtins == BuiltinDevices::kRunc1_1 ? RuncBuiltins::kRunc1_1 : RuncBuiltins::kRunc1_2);
-}
-
-DeviceCheck check_v2(const std::string& cgroup_dir, const DesiredDevices& desired,
-                     const std::vector<OciDeviceCgroupRule>& spec, bool systemd_allows_desired) {
+DeviceCheck check_v2(const std::string& cgroup_dir, const DesiredDevices& desired) {
   DeviceCheck c;
   auto programs = query_device_programs(cgroup_dir);
   if (!programs) {
@@ -54,16 +48,13 @@ DeviceCheck check_v2(const std::string& cgroup_dir, const DesiredDevices& desire
     }
     return c;
   }
-  c.programs = *programs;
-  if (systemd_allows_desired)
-    std::erase_if(*programs, [](const AttachedDeviceProgram& p) { return p.owner == ProgramOwner::kSystemd; });
-  c.missing = denied_by_programs(*programs, spec, desired.wanted);
+  c.programs = std::move(*programs);
+  c.missing = denied_by_programs(c.programs, desired.wanted);
   return c;
 }
 
-Result<V2Repair> repair_v2(const std::string& cgroup_dir, const std::vector<WantedDevice>& desired,
-                           const std::vector<OciDeviceCgroupRule>& spec) {
-  return install_union_program(cgroup_dir, spec, desired);
+Result<V2Repair> repair_v2(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted) {
+  return repair_device_programs(cgroup_dir, wanted);
 }
 
 }  // namespace gdw

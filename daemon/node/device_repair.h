@@ -1,6 +1,6 @@
 // Checking and repairing one container's device policy, shared by `check --repair` and the
 // daemon. cgroup v1: read devices.list, grant the difference to devices.allow. cgroup v2:
-// query the attached device programs, replace them with one allowing spec + desired.
+// run the attached device programs' code; wrap the ones that deny a wanted device.
 #pragma once
 
 #include <string>
@@ -34,14 +34,11 @@ std::vector<DeviceGrant> grant_v1(const std::string& cgroup_dir, const std::vect
 
 std::string describe_grant_error(int err);
 
-// cgroup v2. The spec a runtime enforces: the bundle's linux.resources.devices followed by
-// runc's built-in devices (minus nodes the spec itself creates).
-std::vector<OciDeviceCgroupRule> enforced_spec(const OciContainerInfo& spec, BuiltinDevices builtins);
-// `systemd_allows_desired`: the desired devices are in the scope's DeviceAllow= (the daemon
-// added them), so systemd's own programs allow them and are not counted as denying.
-DeviceCheck check_v2(const std::string& cgroup_dir, const DesiredDevices& desired,
-                     const std::vector<OciDeviceCgroupRule>& spec, bool systemd_allows_desired = false);
-Result<V2Repair> repair_v2(const std::string& cgroup_dir, const std::vector<WantedDevice>& desired,
-                           const std::vector<OciDeviceCgroupRule>& spec);
+// cgroup v2: the wanted devices some attached program denies, decided by running each
+// program's own instructions (device_programs_v2.h).
+DeviceCheck check_v2(const std::string& cgroup_dir, const DesiredDevices& desired);
+// Wraps each program that denies a wanted device so that it allows the wanted devices and
+// decides as before for everything else; the other programs stay. No-op when none denies.
+Result<V2Repair> repair_v2(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted);
 
 }  // namespace gdw

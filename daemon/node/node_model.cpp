@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "backend/systemd_scope.h"
+
 namespace gdw {
 
 Result<std::string> read_text_file(const std::string& path, std::size_t max_bytes) {
@@ -81,21 +83,20 @@ void NodeModel::set_pod_resources(std::vector<PodResourcesContainer> containers)
 
 void NodeModel::rebuild_allocations() {
   if (allocations_generation_ == generation()) return;
-  allocations_generation_ = generation();
-  LivePods live;
-  for (const Bundle* b : bundles_.all()) {
-    const auto& info = b->info;
-    if (info.type != ContainerType::kContainer || info.pod_name.empty()) continue;
-    LivePod& pod = live[{info.pod_namespace, info.pod_name}];
-    pod.uid = info.pod_uid;
-    pod.containers.insert(info.container_name);
-  }
+  // Pod names come from the bundles' runtime keys and pod UIDs from the cgroup tree (never
+  // from an annotation): the join that maps PodResources entries to UIDs. Not located yet:
+  // no live pods, so PodResources entries stay unmapped.
+  KubepodsTree tree;
+  if (!kubepods_.hierarchy_root.empty()) tree = scan();
+  LivePodIndex live = collect_live_pods(tree.containers, pod_uids_of(tree.parent_dirs),
+                                        [&](const std::string& id) { return bundles_.find_or_load(id); });
   AllocationSources sources;
   if (checkpoint_.used) sources.checkpoint = &checkpoint_.checkpoint.entries;
   if (pod_resources_) sources.pod_resources = &*pod_resources_;
-  sources.live_pods = &live;
-  merged_ = merge_allocations(sources, config_.kubelet.source, config_.devices.resources);
+  sources.live = &live;
+  merged_ = merge_allocations(sources, config_.kubelet.source, config_.devices.resources, config_.devices.dra_drivers);
   allocations_ = AllocationIndex(merged_.entries, policy());
+  allocations_generation_ = generation();
 }
 
 StaleCheckpointReport NodeModel::stale_report() const {
@@ -119,6 +120,7 @@ void NodeModel::load_inventory() {
                                                     config_.devices.mig_map});
   // NVML is the authority for the MIG UUIDs it reports; devices.mig_map covers the rest.
   if (nvml_) merge_nvml_answer(fresh, *nvml_);
+  load_cdi(fresh);
   std::swap(fresh, inventory_);
   add_device_spec_nodes();
   if (!(fresh == inventory_)) ++inputs_generation_;
@@ -140,8 +142,20 @@ void NodeModel::set_nvml_answer(NvmlAnswer answer) {
 }
 
 ContainerTarget NodeModel::resolve(const DiscoveredContainer& cgroup) {
-  return resolve_container(cgroup, bundles_.find_or_load(cgroup.leaf.container_id), allocations_, inventory_,
-                           policy());
+  ContainerTarget t = resolve_container(cgroup, bundles_.find_or_load(cgroup.leaf.container_id), allocations_,
+                                        inventory_, policy());
+  if (t.kind == TargetKind::kGpu && t.bundle) t.exposure = exposure_of(t);
+  return t;
+}
+
+Exposure NodeModel::exposure_of(const ContainerTarget& t) const {
+  if (t.cgroup.leaf.driver != CgroupDriver::kSystemd)
+    return compute_exposure(t.desired.wanted, t.bundle->info.device_rules, nullptr, inventory_);
+  // systemd driver: a daemon-reload re-applies the scope's DeviceAllow= as well.
+  auto scope = read_scope_device_allow(config_.systemd.unit_dirs, scope_unit_of(t.cgroup.cgroup_dir));
+  if (!scope)
+    return compute_exposure(t.desired.wanted, t.bundle->info.device_rules, nullptr, inventory_, scope.error().message);
+  return compute_exposure(t.desired.wanted, t.bundle->info.device_rules, &*scope, inventory_);
 }
 
 }  // namespace gdw

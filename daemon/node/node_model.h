@@ -32,7 +32,10 @@ class NodeModel {
   explicit NodeModel(Config config);
 
   const Config& config() const { return config_; }
-  DesiredPolicy policy() const { return DesiredPolicy{config_.devices.resources, config_.devices.control}; }
+  DesiredPolicy policy() const {
+    return DesiredPolicy{config_.devices.resources, config_.devices.control, config_.devices.env_visible,
+                         config_.devices.dra_drivers};
+  }
 
   // Finds the hierarchy that holds device policy (v1 devices or cgroup2) and the kubepods
   // parent in it.
@@ -48,7 +51,8 @@ class NodeModel {
   // The last good PodResources answer (kubelet.source auto or pod-resources).
   void set_pod_resources(std::vector<PodResourcesContainer> containers);
   bool has_pod_resources() const { return pod_resources_.has_value(); }
-  // Re-merges checkpoint and PodResources against the pods whose bundles exist now.
+  // Re-merges checkpoint and PodResources against the pods running now (names from their
+  // bundles, UIDs from their cgroups; ambiguous names are reported in merged()).
   void rebuild_allocations();
   const MergedAllocations& merged() const { return merged_; }
 
@@ -61,6 +65,10 @@ class NodeModel {
   // True when an allocated MIG device is not mapped yet: only then is NVML worth asking.
   bool needs_nvml() const;
   void set_nvml_answer(NvmlAnswer answer);
+  // The CDI spec files of cdi.spec_dirs as the last load_inventory() found them: files that
+  // failed ("<file>: <problem>", left out) and how many parsed.
+  const std::vector<std::string>& cdi_errors() const { return cdi_errors_; }
+  std::size_t cdi_spec_files() const { return cdi_spec_files_; }
   const std::optional<NvmlAnswer>& nvml_answer() const { return nvml_; }
 
   BundleIndex& bundles() { return bundles_; }
@@ -71,9 +79,17 @@ class NodeModel {
   // bundles): a container resolved at the current generation need not be resolved again.
   std::uint64_t generation() const { return inputs_generation_ + bundles_.generation(); }
   ContainerTarget resolve(const DiscoveredContainer& cgroup);
+  // A GPU container's exposure (node/exposure.h); reads its scope's unit files on the
+  // systemd driver (systemd.unit_dirs).
+  Exposure exposure_of(const ContainerTarget& target) const;
 
  private:
   void add_device_spec_nodes();
+  // Reads cdi.spec_dirs into fresh.cdi_devices and stats the host paths they name
+  // (node_cdi.cpp).
+  void load_cdi(Inventory& fresh);
+  std::vector<std::string> cdi_errors_;
+  std::size_t cdi_spec_files_ = 0;
 
   Config config_;
   Hierarchy hierarchy_;

@@ -5,15 +5,12 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <exception>
 #include <optional>
-#include <set>
 #include <string_view>
 #include <vector>
 
@@ -73,9 +70,10 @@ class BpfProbe final : public Probe {
   bool rule_writes_need_syscall_hook() const override { return rule_writes_need_hook_; }
 
   int fd() const override { return ring_buffer__epoll_fd(ring_); }
-  Result<int> consume(const std::function<void(const ProbeEvent&)>& handler) override;
+  Result<int> consume(const std::function<void(const ProbeEvent&)>& handler, int max_records) override;
   Status watch_cgroup(std::uint64_t cgroup_id) override;
   Status unwatch_cgroup(std::uint64_t cgroup_id) override;
+  Result<std::uint64_t> other_denied_opens(std::uint64_t cgroup_id) const override;
   Status watch_major(std::uint32_t major) override;
   Status watch_device_node(const std::string& path, std::uint32_t major, std::uint32_t minor) override;
   ProbeStats stats() const override;
@@ -83,23 +81,25 @@ class BpfProbe final : public Probe {
  private:
   static int on_record(void* self, void* data, std::size_t size);
   int deliver(std::string_view record);
-  // Fills in the device of a denied open the kernel could not attribute; false when it is
-  // not a device of a watched major (or cannot be told any more).
-  bool resolve_device(DeniedOpenEvent& event);
 
   devwatch* skeleton_;
   bool rule_writes_need_hook_;
   std::vector<bpf_link*> links_;
   bpf_link* syscall_hook_ = nullptr;
   ring_buffer* ring_ = nullptr;
-  std::set<std::uint32_t> watched_majors_;
   // Set only while consume() runs.
   const std::function<void(const ProbeEvent&)>* handler_ = nullptr;
   int delivered_ = 0;
+  int records_left_ = 0;
   std::optional<Error> consume_error_;
   std::uint64_t events_ = 0;
-  std::uint64_t unresolved_denied_opens_ = 0;
 };
+
+// What on_record returns once consume()'s budget is spent. libbpf (checked in 1.1.2's
+// ringbuf_process_ring; ring_buffer__consume_n came later) stops at a negative return,
+// with the consumer position already past that record, and ring_buffer__consume returns
+// the value: the record is handled, the rest waits.
+constexpr int kBudgetSpent = -EAGAIN;
 
 Status BpfProbe::attach_always_on() {
   bpf_program* program = nullptr;
@@ -162,10 +162,16 @@ Status BpfProbe::remember_existing_device_links() {
   return {};
 }
 
+// Two rings, consumed in this order: rule writes, device programs and cgroup events first,
+// then denied opens (a tenant can fill that ring; it cannot delay the other).
 Status BpfProbe::open_ring_buffer() {
   clear_libbpf_log();
   ring_ = ring_buffer__new(bpf_map__fd(skeleton_->maps.events), &BpfProbe::on_record, this, nullptr);
   if (!ring_) return load_error("opening the probe ring buffer", -errno);
+  clear_libbpf_log();
+  if (int err = ring_buffer__add(ring_, bpf_map__fd(skeleton_->maps.denied_open_events), &BpfProbe::on_record, this);
+      err != 0)
+    return load_error("opening the probe's denied-open ring buffer", err);
   return {};
 }
 
@@ -173,14 +179,15 @@ int BpfProbe::on_record(void* self, void* data, std::size_t size) {
   return static_cast<BpfProbe*>(self)->deliver(std::string_view(static_cast<const char*>(data), size));
 }
 
+// Constant work per record: decode, hand over. Nothing here may block or look anything up.
 int BpfProbe::deliver(std::string_view record) {
+  const int done = --records_left_ <= 0 ? kBudgetSpent : 0;
   auto event = decode_probe_record(record);
   if (!event) {
     // Skip it and keep draining; consume() reports the first one.
     if (!consume_error_) consume_error_ = event.error();
-    return 0;
+    return done;
   }
-  if (auto* open = std::get_if<DeniedOpenEvent>(&*event); open && !resolve_device(*open)) return 0;
   try {
     (*handler_)(*event);
   } catch (const std::exception& e) {
@@ -192,41 +199,49 @@ int BpfProbe::deliver(std::string_view record) {
   }
   ++delivered_;
   ++events_;
-  return 0;
+  return done;
 }
 
-bool BpfProbe::resolve_device(DeniedOpenEvent& event) {
-  if (!needs_device_lookup(event)) return true;  // attributed (and major-filtered) in the kernel
-  struct stat st;
-  if (::stat(opener_view_path(event).c_str(), &st) != 0) {
-    ++unresolved_denied_opens_;
-    return false;
-  }
-  if (!S_ISCHR(st.st_mode) || watched_majors_.count(major(st.st_rdev)) == 0) return false;
-  event.major = major(st.st_rdev);
-  event.minor = minor(st.st_rdev);
-  return true;
-}
-
-Result<int> BpfProbe::consume(const std::function<void(const ProbeEvent&)>& handler) {
+Result<int> BpfProbe::consume(const std::function<void(const ProbeEvent&)>& handler, int max_records) {
   handler_ = &handler;
   delivered_ = 0;
+  records_left_ = max_records > 0 ? max_records : 1;
   consume_error_.reset();
   int consumed = ring_buffer__consume(ring_);
   handler_ = nullptr;
   if (consume_error_) return *consume_error_;
-  if (consumed < 0) return Error{"reading the probe ring buffer: " + errno_text(consumed)};
+  if (consumed < 0 && consumed != kBudgetSpent) return Error{"reading the probe ring buffer: " + errno_text(consumed)};
   return delivered_;
 }
 
+// Values of watched_cgroups are per-CPU counters (denied opens of other paths).
+std::size_t per_cpu_slots() {
+  int cpus = libbpf_num_possible_cpus();
+  return cpus > 0 ? static_cast<std::size_t>(cpus) : 1;
+}
+
 Status BpfProbe::watch_cgroup(std::uint64_t cgroup_id) {
-  std::uint8_t present = 1;
-  if (bpf_map__update_elem(skeleton_->maps.watched_cgroups, &cgroup_id, sizeof(cgroup_id), &present,
-                           sizeof(present), BPF_ANY) == 0)
+  std::vector<std::uint64_t> zero(per_cpu_slots(), 0);
+  // NOEXIST: watching again must not reset the count the daemon takes differences of.
+  if (bpf_map__update_elem(skeleton_->maps.watched_cgroups, &cgroup_id, sizeof(cgroup_id), zero.data(),
+                           zero.size() * sizeof(std::uint64_t), BPF_NOEXIST) == 0)
     return {};
   int err = errno;
+  if (err == EEXIST) return {};
   return Error{"watching cgroup " + std::to_string(cgroup_id) + " in the probe: " + errno_text(err) +
                (err == E2BIG ? " (watched_cgroups map is full)" : "")};
+}
+
+Result<std::uint64_t> BpfProbe::other_denied_opens(std::uint64_t cgroup_id) const {
+  std::vector<std::uint64_t> per_cpu(per_cpu_slots(), 0);
+  if (bpf_map__lookup_elem(skeleton_->maps.watched_cgroups, &cgroup_id, sizeof(cgroup_id), per_cpu.data(),
+                           per_cpu.size() * sizeof(std::uint64_t), 0) != 0) {
+    int err = errno;
+    return Error{"reading the denied-open count of cgroup " + std::to_string(cgroup_id) + ": " + errno_text(err)};
+  }
+  std::uint64_t total = 0;
+  for (auto n : per_cpu) total += n;
+  return total;
 }
 
 Status BpfProbe::unwatch_cgroup(std::uint64_t cgroup_id) {
@@ -242,7 +257,6 @@ Status BpfProbe::watch_major(std::uint32_t major_number) {
                            sizeof(present), BPF_ANY) != 0) {
     return Error{"watching device major " + std::to_string(major_number) + " in the probe: " + errno_text(errno)};
   }
-  watched_majors_.insert(major_number);
   return {};
 }
 
@@ -262,7 +276,6 @@ Status BpfProbe::watch_device_node(const std::string& path, std::uint32_t major_
 ProbeStats BpfProbe::stats() const {
   ProbeStats stats;
   stats.events = events_;
-  stats.unresolved_denied_opens = unresolved_denied_opens_;
   int cpus = libbpf_num_possible_cpus();
   if (cpus > 0) {
     std::vector<std::uint64_t> per_cpu(static_cast<std::size_t>(cpus));

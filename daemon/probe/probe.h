@@ -1,7 +1,8 @@
 // The eBPF probe (bpf/devwatch.bpf.c): tracepoint programs that report who writes device
 // rules, which opens of GPU nodes failed with EPERM, device-program (v2) loads and
 // attach/detach, and cgroup mkdir/rmdir. Events arrive through a BPF ring buffer whose
-// epoll fd the daemon polls in its own event loop; there is no reader thread.
+// epoll fd the daemon polls in its own event loop; there is no reader thread. Nothing here
+// looks up a path a process passed to the kernel: tenant input must never block that loop.
 //
 // Two tiers, by what they cost the rest of the node:
 //  - always attached: the capability-check tracepoint (rule writes with writer and rule,
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,13 +69,15 @@ struct DeviceProgramLoadEvent {
   std::uint64_t ktime_ns = 0;
 };
 
-// An open() of a character device that failed with EPERM inside a watched cgroup.
+// An open() of a registered GPU node path (watch_device_node) that failed with EPERM
+// inside a watched cgroup. Denied opens of any other path are only counted
+// (other_denied_opens).
 struct DeniedOpenEvent {
   ProcessInfo opener;
-  std::string path;  // as passed to openat
-  int dfd = -100;    // openat's directory fd (AT_FDCWD) that a relative path is relative to
+  std::string path;  // as passed to openat: a registered path, never looked up
+  int dfd = -100;    // openat's directory fd (AT_FDCWD)
   int flags = 0;     // open flags (O_RDONLY / O_WRONLY / O_RDWR ...)
-  std::uint32_t major = 0;  // always a watched major: unresolvable opens are not delivered
+  std::uint32_t major = 0;  // the device registered for the path (always a watched major)
   std::uint32_t minor = 0;
   std::uint64_t ktime_ns = 0;
 };
@@ -105,9 +109,6 @@ using ProbeEvent = std::variant<RuleWriteEvent, RuleWriteResultEvent, DeniedOpen
 struct ProbeStats {
   std::uint64_t events = 0;
   std::uint64_t ring_buffer_drops = 0;  // events the kernel side could not reserve space for
-  // Denied opens in watched cgroups whose path was not registered with watch_device_node and
-  // could not be stat'ed in the opener's root afterwards (it had exited): not delivered.
-  std::uint64_t unresolved_denied_opens = 0;
 };
 
 struct ProbeOptions {
@@ -133,20 +134,25 @@ class Probe {
   // has no cap_capable tracepoint, or options said not to use it).
   virtual bool rule_writes_need_syscall_hook() const = 0;
 
-  // An fd that becomes readable when events are waiting (the ring buffer's epoll fd).
+  // An fd that becomes readable when events are waiting (the ring buffers' epoll fd).
   virtual int fd() const = 0;
-  // Delivers every waiting event to `handler`; never blocks. Returns the number delivered.
-  virtual Result<int> consume(const std::function<void(const ProbeEvent&)>& handler) = 0;
+  // Delivers waiting events to `handler`, at most `max_records` records (rule writes and
+  // device-program changes before denied opens); never blocks. What is left stays for
+  // the next call and keeps fd() readable. Returns the number delivered.
+  virtual Result<int> consume(const std::function<void(const ProbeEvent&)>& handler,
+                              int max_records = std::numeric_limits<int>::max()) = 0;
 
-  // Filters for denied opens: only processes whose cgroup (v1 devices cgroup id or v2
-  // cgroup id) is watched, and only devices of watched majors, produce events. The kernel
-  // side keeps an open only when it failed with EPERM in a watched cgroup. Its device
-  // number comes from the path string: a path registered with watch_device_node is
-  // resolved in the kernel (and dropped there unless its major is watched); any other
-  // path is stat'ed by consume() in the opener's root/cwd/dirfd under /proc/<pid>, and
-  // delivered only if it is a character device of a watched major.
+  // Denied opens, decided in the kernel (bpf/devwatch.bpf.c explains why): an open that
+  // failed with EPERM in a watched cgroup (v1 devices cgroup id or v2 cgroup id) whose
+  // path string is registered with watch_device_node, of a watched major, is delivered as
+  // a DeniedOpenEvent; any other denied open there is only counted per cgroup. No path a
+  // process passed is ever looked up by this side.
+  // Watching a watched cgroup again keeps its count.
   virtual Status watch_cgroup(std::uint64_t cgroup_id) = 0;
   virtual Status unwatch_cgroup(std::uint64_t cgroup_id) = 0;
+  // The cgroup's denied opens of anything but a registered GPU node path since it was
+  // watched (only while the syscall hook was attached). One map lookup, no events.
+  virtual Result<std::uint64_t> other_denied_opens(std::uint64_t cgroup_id) const = 0;
   virtual Status watch_major(std::uint32_t major) = 0;
   // Registers a node path exactly as processes pass it to open() (e.g. "/dev/nvidia0", the
   // same string inside containers) so denied opens of it are attributed in the kernel,

@@ -1,7 +1,5 @@
 #include "probe/probe_records.h"
 
-#include <fcntl.h>
-
 #include <cstring>
 #include <string>
 
@@ -148,15 +146,6 @@ Result<ProbeEvent> decode_probe_record(std::string_view record) {
     case GDW_EVENT_DEVICE_PROGRAM_LOAD: return decode_device_program_load(record);
     default: return Error{"probe record has unknown type " + std::to_string(header.type)};
   }
-}
-
-bool needs_device_lookup(const DeniedOpenEvent& event) { return event.major == 0 && event.minor == 0; }
-
-std::string opener_view_path(const DeniedOpenEvent& event) {
-  std::string proc = "/proc/" + std::to_string(event.opener.pid);
-  if (!event.path.empty() && event.path.front() == '/') return proc + "/root" + event.path;
-  if (event.dfd == AT_FDCWD) return proc + "/cwd/" + event.path;
-  return proc + "/fd/" + std::to_string(event.dfd) + "/" + event.path;
 }
 
 }  // namespace gdw

@@ -31,7 +31,10 @@ std::vector<std::string> list_dirs(const std::string& dir) {
 BundleIndex::BundleIndex(std::vector<std::string> state_dirs) : state_dirs_(std::move(state_dirs)) {}
 
 bool BundleIndex::load(const std::string& dir, const std::string& id) {
-  for (const char* rel : {"/config.json", "/userdata/config.json"}) {
+  // The layout says which runtime wrote the file (oci_config.h, rule 1).
+  static constexpr std::pair<const char*, RuntimeKind> kLayouts[] = {{"/config.json", RuntimeKind::kContainerd},
+                                                                     {"/userdata/config.json", RuntimeKind::kCrio}};
+  for (const auto& [rel, layout] : kLayouts) {
     std::string path = dir + "/" + id + rel;
     struct stat st{};
     if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
@@ -51,7 +54,7 @@ bool BundleIndex::load(const std::string& dir, const std::string& id) {
       problems_[path] = "cannot read";
       return false;
     }
-    auto info = parse_oci_config(text.str());
+    auto info = parse_oci_config(text.str(), layout);
     if (!info) {
       problems_[path] = info.error().message;
       return false;

@@ -1,6 +1,7 @@
 // Finds containers' OCI bundles (config.json) under the runtimes' state directories:
 // containerd  <dir>/<id>/config.json          (dir = .../io.containerd.runtime.v2.task/k8s.io)
 // CRI-O       <dir>/<id>/userdata/config.json (dir = .../storage/overlay-containers)
+// The layout a file was found in tells parse_oci_config which runtime wrote it.
 #pragma once
 
 #include <sys/types.h>

@@ -35,6 +35,13 @@ struct ContainerLeafName {
 // CRI-O's conmon cgroups ("crio-conmon-<id>") are not containers.
 std::optional<ContainerLeafName> parse_container_leaf(std::string_view name);
 
+// crun with the systemd driver on cgroup v2 moves a container's processes into a sub-cgroup
+// of its scope, `<scope>/container` (crun's run.oci.systemd.subgroup default), and attaches
+// its device program there, not on the scope; with cgroupfs, and on cgroup v1, it makes
+// none (observed with crun 1.8.1 and systemd 252). That sub-cgroup is part of the
+// container whose leaf it is below: it never names a container or a pod of its own.
+inline constexpr const char* kCrunSubgroup = "container";
+
 // The pod UID in an OCI linux.cgroupsPath: "/kubepods/burstable/pod<uid>/<id>" or
 // "kubepods-burstable-pod<uid_>.slice:cri-containerd:<id>".
 std::optional<std::string> pod_uid_from_cgroups_path(std::string_view cgroups_path);

@@ -1,6 +1,8 @@
 #include "runtime/oci_config.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "runtime/cgroup_names.h"
 
@@ -9,7 +11,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string annotation(const json& annotations, const char* key) {
+std::string annotation(const json& annotations, std::string_view key) {
   auto it = annotations.find(key);
   return it != annotations.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
@@ -19,10 +21,87 @@ Result<std::uint32_t> spec_number(const json& entry, const char* key) {
   auto it = entry.find(key);
   if (it == entry.end() || it->is_null()) return kAnyNumber;
   if (!it->is_number_integer()) return Error{std::string(key) + " must be an integer"};
+  // nlohmann keeps a value above INT64_MAX as unsigned: read it as such, never as int64.
+  if (it->is_number_unsigned()) {
+    auto v = it->get<std::uint64_t>();
+    if (v >= kAnyNumber) return Error{std::string(key) + " " + std::to_string(v) + " out of range"};
+    return static_cast<std::uint32_t>(v);
+  }
   auto v = it->get<std::int64_t>();
   if (v < 0) return kAnyNumber;
-  if (v >= static_cast<std::int64_t>(kAnyNumber)) return Error{std::string(key) + " out of range"};
+  if (v >= static_cast<std::int64_t>(kAnyNumber)) return Error{std::string(key) + " " + std::to_string(v) + " out of range"};
   return static_cast<std::uint32_t>(v);
+}
+
+bool has_key_with_prefix(const json& annotations, std::string_view prefix) {
+  for (auto it = annotations.begin(); it != annotations.end(); ++it) {
+    if (std::string_view(it.key()).substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
+}
+
+constexpr std::string_view kContainerdPrefix = "io.kubernetes.cri.";
+constexpr std::string_view kCrioPrefix = "io.kubernetes.cri-o.";
+constexpr const char* kContainerdMarker = "io.kubernetes.cri.container-type";
+constexpr const char* kCrioMarker = "io.kubernetes.cri-o.ContainerType";
+
+// Rule 1 of the header: the layout decides, the runtime's own marker must be there.
+RuntimeKind decide_runtime(const json& a, RuntimeKind layout, std::string& problem) {
+  const bool containerd_marker = a.contains(kContainerdMarker);
+  const bool crio_marker = a.contains(kCrioMarker);
+  if (layout == RuntimeKind::kContainerd || layout == RuntimeKind::kCrio) {
+    const bool marker = layout == RuntimeKind::kContainerd ? containerd_marker : crio_marker;
+    if (marker) return layout;
+    problem = std::string("bundle in ") + to_string(layout) + "'s layout has no " +
+              (layout == RuntimeKind::kContainerd ? kContainerdMarker : kCrioMarker) + " annotation";
+    return RuntimeKind::kUnknown;
+  }
+  const bool containerd_keys = has_key_with_prefix(a, kContainerdPrefix);
+  const bool crio_keys = has_key_with_prefix(a, kCrioPrefix);
+  if (containerd_marker && !crio_keys) return RuntimeKind::kContainerd;
+  if (crio_marker && !containerd_keys) return RuntimeKind::kCrio;
+  problem = containerd_keys && crio_keys
+                ? "bundle carries both containerd's and CRI-O's keys (a pod can set the other runtime's): runtime unknown"
+                : "bundle carries no container runtime's identity annotations";
+  return RuntimeKind::kUnknown;
+}
+
+ContainerType container_type(const std::string& type) {
+  if (type == "sandbox") return ContainerType::kSandbox;
+  if (type == "container") return ContainerType::kContainer;
+  return ContainerType::kUnknown;
+}
+
+void read_containerd_identity(const json& a, OciContainerInfo& info) {
+  info.type = container_type(annotation(a, kContainerdMarker));
+  info.container_name = annotation(a, "io.kubernetes.cri.container-name");
+  info.pod_name = annotation(a, "io.kubernetes.cri.sandbox-name");
+  info.pod_namespace = annotation(a, "io.kubernetes.cri.sandbox-namespace");
+  info.pod_uid = annotation(a, "io.kubernetes.cri.sandbox-uid");
+  info.sandbox_id = annotation(a, "io.kubernetes.cri.sandbox-id");
+}
+
+// CRI-O: its own keys, and kubelet's labels it stores as one JSON object string.
+void read_crio_identity(const json& a, OciContainerInfo& info) {
+  info.type = container_type(annotation(a, kCrioMarker));
+  info.container_id = annotation(a, "io.kubernetes.cri-o.ContainerID");
+  info.sandbox_id = annotation(a, "io.kubernetes.cri-o.SandboxID");
+  const std::string labels_text = annotation(a, "io.kubernetes.cri-o.Labels");
+  json labels = json::parse(labels_text, nullptr, false);
+  if (labels.is_discarded() || !labels.is_object()) {
+    if (info.type == ContainerType::kContainer) info.identity_problem = "io.kubernetes.cri-o.Labels is not a JSON object";
+    return;
+  }
+  info.pod_name = annotation(labels, "io.kubernetes.pod.name");
+  info.pod_namespace = annotation(labels, "io.kubernetes.pod.namespace");
+  info.pod_uid = annotation(labels, "io.kubernetes.pod.uid");
+  info.container_name = annotation(labels, "io.kubernetes.container.name");
+}
+
+void read_identity(const json& a, RuntimeKind layout, OciContainerInfo& info) {
+  info.runtime = decide_runtime(a, layout, info.identity_problem);
+  if (info.runtime == RuntimeKind::kContainerd) read_containerd_identity(a, info);
+  if (info.runtime == RuntimeKind::kCrio) read_crio_identity(a, info);
 }
 
 Result<OciDeviceCgroupRule> parse_rule(const json& entry) {
@@ -61,34 +140,39 @@ Result<OciDeviceCgroupRule> parse_rule(const json& entry) {
   return out;
 }
 
+// process.env: only NVIDIA_VISIBLE_DEVICES, from a bounded number of entries. A value over
+// the bound is kept cut at it plus one byte, so its parser refuses it as too long.
+void read_env(const json& doc, OciContainerInfo& info) {
+  auto process = doc.find("process");
+  if (process == doc.end() || !process->is_object()) return;
+  auto env = process->find("env");
+  if (env == process->end() || !env->is_array()) return;
+  constexpr std::string_view kKey = "NVIDIA_VISIBLE_DEVICES=";
+  if (env->size() > kMaxEnvScan)
+    info.env_problem = "process.env has " + std::to_string(env->size()) + " entries; the first " +
+                       std::to_string(kMaxEnvScan) + " were read";
+  const std::size_t n = std::min(env->size(), kMaxEnvScan);
+  for (std::size_t i = 0; i < n; ++i) {
+    const json& entry = (*env)[i];
+    if (!entry.is_string()) continue;
+    const std::string& text = entry.get_ref<const std::string&>();
+    if (text.compare(0, kKey.size(), kKey) != 0) continue;
+    info.nvidia_visible_devices = text.substr(kKey.size(), kMaxEnvValue + 1);
+  }
+}
+
 }  // namespace
 
-Result<OciContainerInfo> parse_oci_config(std::string_view json_text) {
+Result<OciContainerInfo> parse_oci_config(std::string_view json_text, RuntimeKind layout) {
   json doc = json::parse(json_text.begin(), json_text.end(), nullptr, false);
   if (doc.is_discarded()) return Error{"config.json is not valid JSON"};
   if (!doc.is_object()) return Error{"config.json is not a JSON object"};
   OciContainerInfo info;
 
   if (auto a = doc.find("annotations"); a != doc.end() && a->is_object()) {
-    // containerd (CRI plugin)
-    std::string type = annotation(*a, "io.kubernetes.cri.container-type");
-    info.container_name = annotation(*a, "io.kubernetes.cri.container-name");
-    info.pod_name = annotation(*a, "io.kubernetes.cri.sandbox-name");
-    info.pod_namespace = annotation(*a, "io.kubernetes.cri.sandbox-namespace");
-    info.pod_uid = annotation(*a, "io.kubernetes.cri.sandbox-uid");
-    info.sandbox_id = annotation(*a, "io.kubernetes.cri.sandbox-id");
-    // CRI-O
-    if (type.empty()) type = annotation(*a, "io.kubernetes.cri-o.ContainerType");
-    if (info.container_name.empty()) info.container_name = annotation(*a, "io.kubernetes.container.name");
-    if (info.pod_name.empty()) info.pod_name = annotation(*a, "io.kubernetes.pod.name");
-    if (info.pod_namespace.empty()) info.pod_namespace = annotation(*a, "io.kubernetes.pod.namespace");
-    if (info.pod_uid.empty()) info.pod_uid = annotation(*a, "io.kubernetes.pod.uid");
-    if (info.sandbox_id.empty()) info.sandbox_id = annotation(*a, "io.kubernetes.cri-o.SandboxID");
-    if (type == "sandbox") {
-      info.type = ContainerType::kSandbox;
-    } else if (type == "container") {
-      info.type = ContainerType::kContainer;
-    }
+    read_identity(*a, layout, info);
+  } else {
+    info.identity_problem = "config.json has no annotations";
   }
 
   auto linux_it = doc.find("linux");
@@ -128,6 +212,7 @@ Result<OciContainerInfo> parse_oci_config(std::string_view json_text) {
   if (info.pod_uid.empty()) {
     if (auto uid = pod_uid_from_cgroups_path(info.cgroups_path)) info.pod_uid = *uid;
   }
+  read_env(doc, info);
   return info;
 }
 

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cdi/cdi_spec.h"
 #include "log/log.h"
 #include "node/config_file.h"
 #include "node/self_exe.h"
@@ -42,9 +43,31 @@ double seconds_since(Clock::time_point t) {
 std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 std::string dir_name(const std::string& path) { return path.substr(0, path.rfind('/')); }
 
+// /healthz's limit: systemd's WatchdogSec when the service manager set one (it kills a loop
+// stalled that long anyway), else metrics.health_stale_after.
+Clock::duration health_stale_after(const Config& config) {
+  std::uint64_t usec = 0;
+  if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) return microseconds(usec);
+  return config.metrics.health_stale_after;
+}
+
 using namespace daemon_internal;
 
 }  // namespace
+
+Status Daemon::start_heartbeat() {
+  heartbeat_.set_stale_after(health_stale_after(config_));
+  heartbeat_.beat(Clock::now());
+  // Top priority: a pending beat runs at the loop's next turn however busy it is; only a
+  // loop that does not come back (a call that blocks) goes stale.
+  auto timer = loop_->add_timer([this] {
+    heartbeat_.beat(Clock::now());
+    arm_or_log(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat");
+  }, "heartbeat", duration_cast<microseconds>(heartbeat_.stale_after() / 4), -100);
+  if (!timer) return timer.error();
+  heartbeat_timer_ = std::move(*timer);
+  return {};
+}
 
 void Daemon::arm_or_log(EventSource& timer, Clock::duration delay, const std::string& name) {
   if (auto s = timer.arm(duration_cast<microseconds>(delay)); !s) {
@@ -121,23 +144,23 @@ Status Daemon::start() {
   program_query_timer_ = std::move(*query);
 
   if (auto s = loop_->enable_watchdog(); !s) log::warn(s.error().message);
+  if (auto s = start_heartbeat(); !s) return s.error();
 
   if (!config_.metrics.listen.empty()) {
-    if (auto s = metrics_.serve(config_.metrics.listen); !s) return s.error();
+    auto healthz = [this] { return heartbeat_.answer(Clock::now()); };
+    auto access = load_metrics_access(config_.metrics.web_config);
+    if (!access) return access.error();
+    if (auto s = metrics_.serve(config_.metrics.listen, healthz, std::move(*access)); !s) return s.error();
   }
   if (config_.probe.enabled) load_probe();
   metrics_.set_probe_loaded(probe_ != nullptr);
+  start_events();
   start_node(config_);
   log::info("starting: mode " + to_string(config_.mode) + ", metrics on " +
             (config_.metrics.listen.empty() ? std::string("(off)") : config_.metrics.listen));
   full_resync("startup");
   ready_ = true;
-  const auto gpu_containers = std::count_if(containers_.begin(), containers_.end(), [](const auto& kv) {
-    return kv.second.target.kind == TargetKind::kGpu;
-  });
-  sd_notifyf(0, "READY=1\nSTATUS=watching %zu GPU container(s); eBPF probe %s",
-             static_cast<std::size_t>(gpu_containers), probe_status_.c_str());
-  log::info("ready");
+  notify_ready_when_settled();  // now, or at PodResources' first outcome
   return {};
 }
 
@@ -146,10 +169,35 @@ void Daemon::stop(int code) { loop_->exit(code); }
 void Daemon::start_node(const Config& config) {
   health_.reset();
   node_ = std::make_unique<NodeModel>(config);
-  health_ = std::make_unique<NodeHealthMonitor>(config_, *loop_, metrics_, *node_, [this] { reresolve_all(); });
+  NodeHealthHooks hooks;
+  hooks.on_allocations_changed = [this] { reresolve_all(); };
+  hooks.requery_nvml = [this] { return maybe_query_nvml(/*force=*/true); };
+  hooks.running_containers = [this] { return running_containers(); };
+  hooks.on_first_answers = [this] { notify_ready_when_settled(); };
+  health_ = std::make_unique<NodeHealthMonitor>(config_, *loop_, metrics_, *node_, std::move(hooks));
   // Without these the daemon still repairs from the checkpoint: not fatal.
   if (auto s = health_->start(); !s) log::error("node health checks (PodResources, device plugins) off: " + s.error().message);
 }
+
+namespace {
+
+// SIGHUP: reads metrics.web_config again (and the certificates it names, which may have
+// been rotated) and serves with it. false: a bad one, logged; everything keeps running as
+// it is.
+bool reload_metrics_access(Metrics& metrics, const Config& running, const Config& fresh) {
+  if (running.metrics.listen.empty() || (fresh.metrics.web_config.empty() && running.metrics.web_config.empty()))
+    return true;
+  auto access = load_metrics_access(fresh.metrics.web_config);
+  if (!access) {
+    metrics.config_reload(false);
+    log::error("SIGHUP: keeping the running configuration: " + access.error().message);
+    return false;
+  }
+  if (auto s = metrics.reserve(std::move(*access)); !s) log::error("SIGHUP: " + s.error().message);
+  return true;
+}
+
+}  // namespace
 
 void Daemon::reload_config() {
   auto fresh = load_config_file(config_path_);
@@ -161,7 +209,11 @@ void Daemon::reload_config() {
   if (fresh->metrics.listen != config_.metrics.listen)
     log::warn("SIGHUP: metrics.listen changes only on restart; still serving " + config_.metrics.listen);
   fresh->metrics.listen = config_.metrics.listen;
+  if (!reload_metrics_access(metrics_, config_, *fresh)) return;
   log::set_level(fresh->log.level);
+  heartbeat_.set_stale_after(health_stale_after(*fresh));
+  heartbeat_.beat(Clock::now());
+  arm_or_log(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat");  // at the new pace now
   // Start over from the new configuration: paths may have changed.
   for (auto it = containers_.begin(); it != containers_.end();) {
     metrics_.forget(it->second.labels);
@@ -190,6 +242,7 @@ void Daemon::reload_config() {
   }
   metrics_.set_probe_loaded(probe_ != nullptr);
   metrics_.set_syscall_hook_attached(probe_ && probe_->syscall_hook_attached());
+  start_events();
   start_node(config_);
   located_ = false;
   metrics_.config_reload(true);
@@ -232,6 +285,8 @@ void Daemon::ensure_input_watches() {
     add_watch(dir, IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_ONLYDIR, {WatchTarget::kBundleDir, dir});
   for (const auto& dir : {config_.devices.dev_root, config_.devices.dev_root + "/nvidia-caps"})
     add_watch(dir, IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_ATTRIB | IN_ONLYDIR, {WatchTarget::kDevDir, dir});
+  for (const auto& dir : config_.cdi.spec_dirs)
+    add_watch(dir, IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ONLYDIR, {WatchTarget::kCdiDir, dir});
 }
 
 void Daemon::full_resync(const std::string& reason) {
@@ -320,18 +375,23 @@ void Daemon::reload_inventory() {
   maybe_query_nvml();
 }
 
-void Daemon::maybe_query_nvml() {
-  if (nvml_query_ || !node_->needs_nvml() || Clock::now() < nvml_next_attempt_) return;
+bool Daemon::maybe_query_nvml(bool force) {
+  if (nvml_query_) return true;
+  // `force`: the stale-checkpoint check needs a fresh answer even with every MIG device
+  // mapped (its cached answer is what may be out of date). A failed query still backs off.
+  if ((!force && !node_->needs_nvml()) || Clock::now() < nvml_next_attempt_) return false;
   auto q = NvmlQuery::start(self_exe(), config_.devices.nvml_library);
   if (!q) {
     log::warn("cannot ask NVML for MIG devices: " + q.error().message);
     nvml_next_attempt_ = Clock::now() + kNvmlRetryAfterFailure;
-    return;
+    return false;
   }
   nvml_query_.emplace(std::move(*q));
+  nvml_started_ = Clock::now();
   auto finish = [this](bool timed_out) {
     nvml_io_ = EventSource();
     nvml_deadline_ = EventSource();
+    bool answered = false;
     if (timed_out) {
       nvml_query_->kill();
       log::warn("NVML did not answer within " + format_duration(config_.devices.nvml_timeout) +
@@ -340,25 +400,28 @@ void Daemon::maybe_query_nvml() {
     } else if (auto answer = nvml_query_->finish(); answer) {
       log::info("NVML reported " + std::to_string(answer->migs.size()) + " MIG device(s)");
       node_->set_nvml_answer(std::move(*answer));
-      health_->checkpoint_or_inventory_changed();
-      reresolve_all();
+      answered = true;
     } else {
       log::warn("NVML query failed: " + answer.error().message);
       nvml_next_attempt_ = Clock::now() + kNvmlRetryAfterFailure;
     }
+    // Done before the health check runs: it may ask for the next query at once.
     nvml_query_.reset();
+    health_->inventory_refreshed(answered, nvml_started_);
+    reresolve_all();  // the answer, or the health check's own re-read, may change targets
   };
   auto io = loop_->add_io(nvml_query_->fd(), EPOLLIN | EPOLLHUP, [this, finish](std::uint32_t) {
-    if (nvml_query_->read_available()) finish(false);
+    if (nvml_query_ && nvml_query_->read_available()) finish(false);
   }, "nvml");
   auto deadline = loop_->add_timer([finish] { finish(true); }, "nvml-deadline",
                                    duration_cast<microseconds>(config_.devices.nvml_timeout));
   if (!io || !deadline) {
     nvml_query_.reset();
-    return;
+    return false;
   }
   nvml_io_ = std::move(*io);
   nvml_deadline_ = std::move(*deadline);
+  return true;
 }
 
 void Daemon::on_inotify() {
@@ -369,6 +432,10 @@ void Daemon::on_inotify() {
     log::error(events.error().message);
     return;
   }
+  // The probe has the loop's lowest priority (daemon_probe.cpp). A revoking write's record
+  // is taken at its permission check, so it is already waiting: read what waits first (at
+  // most one budget of records, rule writes before denied opens) so the repair names the writer.
+  if (probe_) on_probe();
   std::set<std::string> dirty;
   for (const auto& ev : *events) {
     if (ev.mask & IN_Q_OVERFLOW) {
@@ -399,6 +466,7 @@ void Daemon::on_inotify() {
       case WatchTarget::kCheckpointDir:
         if (ev.name == base_name(config_.kubelet.checkpoint)) {
           reload_checkpoint();
+          maybe_query_nvml();  // a MIG device it names may be new (geometry change)
           reresolve_all();
         }
         break;
@@ -408,6 +476,12 @@ void Daemon::on_inotify() {
             w.identify_attempts = 0;
             schedule_retry(w, kIdentifyRetry[0], trigger);
           }
+        }
+        break;
+      case WatchTarget::kCdiDir:  // a refreshed or new CDI spec (per-claim specs of DRA drivers)
+        if (is_cdi_spec_file_name(ev.name)) {
+          reload_inventory();
+          reresolve_all();
         }
         break;
       case WatchTarget::kDevDir:
@@ -453,7 +527,8 @@ void Daemon::dir_created(const std::string& path) {
 
 void Daemon::upsert_container(const DiscoveredContainer& cg) {
   auto [it, inserted] = containers_.try_emplace(
-      cg.cgroup_dir, cg, RepairBudget(config_.repair.burst, config_.repair.max_per_minute));
+      cg.cgroup_dir, cg, RepairBudget(config_.repair.burst, config_.repair.max_per_minute),
+      RepairLogLimit(config_.repair.log_burst, config_.repair.log_interval));
   Watched& w = it->second;
   if (inserted) {
     // "Pods stuck before allocation": containers keep starting while the checkpoint (written
@@ -500,7 +575,6 @@ void Daemon::apply_target(Watched& w, ContainerTarget target) {
     }
   }
   if (is_gpu) watch_in_probe(w);
-  if (is_gpu && v2() && w.target.bundle) w.spec = enforced_spec(w.target.bundle->info, config_.runtime.builtin_devices);
   if (is_gpu && !w.watching) {
     // cgroup v1: every rule write shows up here. cgroup v2 has no files to watch: the
     // probe's program events, systemd's Reloading and the program query timer stand in.
@@ -527,6 +601,10 @@ void Daemon::apply_target(Watched& w, ContainerTarget target) {
     w.missing.clear();
     metrics_.forget(w.labels);
   }
+  // Exposure and env-only GPUs (node/exposure.h, core/env_visible.h): per resolve, not per repair.
+  if (w.target.identity)
+    metrics_.set_container_exposure(w.labels, is_gpu ? std::optional(w.target.exposure.exposed.size()) : std::nullopt,
+                                    w.target.env_visible && !w.target.env_visible->device_ids.empty());
 }
 
 void Daemon::remove_container(const std::string& cgroup_dir) {
@@ -600,6 +678,10 @@ void Daemon::schedule_retry(Watched& w, Clock::duration delay, Clock::time_point
 }
 
 void Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Watched::Revocation* cause) {
+  // The fight-loop guard holds this container back and its deferred repair comes when the
+  // next token does (within the slack of arming it): re-reading after every write of the
+  // loop would only burn CPU.
+  if (w.throttled && w.retry.armed() && w.retry_at <= w.budget.next_token_at(Clock::now()) + std::chrono::milliseconds(1)) return;
   const std::string& dir = w.cgroup.cgroup_dir;
   const auto fields = fields_of(w.labels, dir);
   const auto now = Clock::now();
@@ -643,7 +725,10 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Watch
     return;
   }
   if (config_.mode == Mode::kObserve) {
-    if (!w.observed_logged) log::warn("missing " + device_names(check.missing) + " (observe mode: not repairing)", fields);
+    if (!w.observed_logged) {
+      log::warn("missing " + device_names(check.missing) + " (observe mode: not repairing)", fields);
+      report_event(w, kube::Cause::kObserveMode, check.missing);
+    }
     w.observed_logged = true;
     return;
   }
@@ -667,6 +752,9 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Watch
                     std::to_string(config_.repair.max_per_minute) + "/min after a burst of " +
                     std::to_string(config_.repair.burst),
                 fields);
+      report_event(w, kube::Cause::kThrottled, grantable,
+                   "repairs rate-limited to " + std::to_string(config_.repair.max_per_minute) + "/min after a burst of " +
+                       std::to_string(config_.repair.burst) + " (repair.max_per_minute, repair.burst)");
     }
     w.throttled = true;
     schedule_retry(w, wait, trigger);
@@ -674,7 +762,8 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Watch
   }
   std::string method;
   auto grants = apply_grants(w, grantable, method);
-  metrics_.repair_duration(std::chrono::duration<double>(Clock::now() - trigger).count());
+  const auto repair_time = Clock::now() - trigger;
+  metrics_.repair_duration(std::chrono::duration<double>(repair_time).count());
   std::vector<WantedDevice> granted;
   for (const auto& g : grants) {
     metrics_.regrant(g.err == 0, method);
@@ -700,6 +789,8 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Watch
                      "; retrying every " +
                      format_duration(config_.repair.rejected_backoff),
                  f);
+      report_event(w, kube::Cause::kGrantRefused, {g.device},
+                   g.error.empty() ? describe_grant_error(g.err) : g.error);
     }
   }
   if (granted.empty()) return;
@@ -707,7 +798,10 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Watch
   // An earlier repair still waiting for its attribution has its own cause (or none).
   if (!w.unlogged_grants.empty() && w.unlogged_trigger != trigger) log_grants(w);
   w.unlogged_grants.insert(w.unlogged_grants.end(), granted.begin(), granted.end());
-  if (w.unlogged_trigger == Clock::time_point{}) w.unlogged_trigger = trigger;
+  if (w.unlogged_trigger == Clock::time_point{}) {
+    w.unlogged_trigger = trigger;
+    w.unlogged_repair_time = repair_time;
+  }
   // The probe's record of the revoking write can trail the inotify event by microseconds:
   // give it a moment so the log line can say who did it.
   const bool attributed = w.last_revocation && explains(w.last_revocation->at, trigger);
@@ -735,20 +829,27 @@ std::vector<DeviceGrant> Daemon::apply_grants(Watched& w, const std::vector<Want
     method = "cgroupfs";
     return grant_v1(w.cgroup.cgroup_dir, grantable);
   }
-  // cgroup v2: one program allowing spec + everything desired replaces the denying ones.
+  // cgroup v2: each program denying a wanted device is wrapped (it then allows the wanted
+  // devices and decides as before for the rest); the others stay as they are.
   method = "bpf";
-  auto installed = repair_v2(w.cgroup.cgroup_dir, w.target.desired.wanted, w.spec);
+  auto installed = repair_v2(w.cgroup.cgroup_dir, w.target.desired.wanted);
   std::vector<DeviceGrant> grants;
-  for (const auto& d : grantable)
-    grants.push_back(DeviceGrant{d, installed ? 0 : EPERM, installed ? "" : installed.error().message});
+  for (const auto& d : grantable) {
+    DeviceGrant g{d, installed ? 0 : EPERM, installed ? "" : installed.error().message};
+    if (installed && std::any_of(installed->still_denied.begin(), installed->still_denied.end(),
+                                 [&](const WantedDevice& x) { return x.dev == d.dev; })) {
+      g.err = EPERM;
+      g.error = "still denied by a device program that cannot be replaced";
+    }
+    grants.push_back(std::move(g));
+  }
   if (installed) {
-    metrics_.programs_replaced(installed->detached_ids.size());
-    // What is attached now: ours, and whatever could not be detached.
-    w.programs = {{ProgramOwner::kOurs, 1}};
-    for (const auto& left : installed->left_attached) ++w.programs[left.program.owner];
+    metrics_.programs_replaced(installed->replaced.size());
+    w.programs.clear();
+    for (const auto& p : installed->now) ++w.programs[p.owner];
     for (const auto& left : installed->left_attached)
       log::warn("device program " + std::to_string(left.program.id) + " (" + left.program.name +
-                    ") could not be detached: " + left.reason,
+                    ") denies a wanted device and stays attached: " + left.reason,
                 fields_of(w.labels, w.cgroup.cgroup_dir));
   }
   return grants;
@@ -757,6 +858,16 @@ std::vector<DeviceGrant> Daemon::apply_grants(Watched& w, const std::vector<Want
 void Daemon::log_grants(Watched& w) {
   if (w.unlogged_grants.empty()) return;
   w.log_timer.disarm();
+  // Every repair is reported (the event reporter has its own per-pod budget); its log line
+  // only within repair.log_burst / repair.log_interval, formatted only when written.
+  report_event(w, kube::Cause::kRevoked, w.unlogged_grants);
+  const auto line = w.log_limit.on_repair(Clock::now());
+  if (!line.log) {
+    if (line.summary_at) schedule_repair_log_summary(w, *line.summary_at);
+    w.unlogged_grants.clear();
+    w.unlogged_trigger = {};
+    return;
+  }
   log::Fields f = fields_of(w.labels, w.cgroup.cgroup_dir);
   const std::string names = device_names(w.unlogged_grants), rules = grant_rules_text(w.unlogged_grants);
   f.device = names;
@@ -768,6 +879,7 @@ void Daemon::log_grants(Watched& w) {
     f.writer = writer;
     message += "; revoked by " + w.last_revocation->detail;
   }
+  if (line.unlogged > 0) message += "; " + unlogged_repairs_text(line.unlogged, line.since_last_line);
   log::info(message, f);
   w.unlogged_grants.clear();
   w.unlogged_trigger = {};
@@ -775,9 +887,9 @@ void Daemon::log_grants(Watched& w) {
 
 DeviceCheck Daemon::check_devices(const Watched& w) const {
   if (!v2()) return check_v1(w.cgroup.cgroup_dir, w.target.desired);
-  const bool persisted = std::all_of(w.target.desired.wanted.begin(), w.target.desired.wanted.end(),
-                                     [&](const WantedDevice& d) { return w.persisted.count(d.dev) > 0; });
-  return check_v2(w.cgroup.cgroup_dir, w.target.desired, w.spec, persisted);
+  // systemd's programs are run like any other: one built from a DeviceAllow= that holds the
+  // wanted devices allows them.
+  return check_v2(w.cgroup.cgroup_dir, w.target.desired);
 }
 
 SystemdClient* Daemon::systemd() {
@@ -828,6 +940,7 @@ void Daemon::persist_in_systemd(Watched& w) {
     for (const auto& d : todo) c.persisted.insert(d.dev);
     log::info("systemd now allows " + device_names(todo) + " in " + unit + " (kept across daemon-reload)",
               fields_of(c.labels, dir));
+    resolve(c, /*force=*/true);  // its DeviceAllow= changed: exposure (node/exposure.h)
     // Verify the kernel state systemd left; anything still missing is granted directly.
     c.quiet_until = Clock::now() + std::chrono::milliseconds(100);
     check_and_repair(c, Clock::now());
@@ -843,9 +956,20 @@ void Daemon::persist_in_systemd(Watched& w) {
 }
 
 void Daemon::update_gauges() {
-  std::size_t watched = 0, missing = 0, unidentified = 0, throttled = 0;
+  std::size_t watched = 0, missing = 0, unidentified = 0, throttled = 0, conflicts = 0;
   std::map<ProgramOwner, std::size_t> programs;
+  std::set<std::string> identity_problems;  // logged once while they last
+  for (const auto& a : node_->merged().ambiguous) identity_problems.insert(describe(a));
+  // Pods between their cgroup's creation and their sandbox's (or being torn down): normal and
+  // brief, so not a warning; `check` lists them.
+  if (!node_->merged().unused_pod_resources_unnamed.empty())
+    log::debug("PodResources entries not used while " + std::to_string(node_->merged().unnamed_pods.size()) +
+               " pod(s) on the node have no known name");
   for (const auto& [dir, w] : containers_) {
+    if (w.target.identity_conflict) {
+      ++conflicts;
+      identity_problems.insert(w.target.problem);
+    }
     if (w.target.kind == TargetKind::kGpu) {
       for (const auto& [owner, n] : w.programs) programs[owner] += n;
       ++watched;
@@ -859,6 +983,12 @@ void Daemon::update_gauges() {
   metrics_.set_containers_missing_devices(missing);
   metrics_.set_containers_unidentified(unidentified);
   metrics_.set_containers_throttled(throttled);
+  metrics_.set_ambiguous_pod_identities(node_->merged().ambiguous.size());
+  metrics_.set_identity_conflicts(conflicts);
+  report_cdi();
+  for (const auto& text : identity_problems)
+    if (!identity_problems_logged_.count(text)) log::warn("identity not used: " + text);
+  identity_problems_logged_ = std::move(identity_problems);
   maintain_syscall_hook(missing > 0);
   if (v2()) {
     for (ProgramOwner owner : {ProgramOwner::kOurs, ProgramOwner::kSystemd, ProgramOwner::kRuntime})

@@ -19,6 +19,7 @@
 #include "core/config.h"
 #include "core/repair_policy.h"
 #include "core/syscall_hook_schedule.h"
+#include "metrics/loop_health.h"
 #include "metrics/metrics.h"
 #include "node/node_model.h"
 #include "node/device_repair.h"
@@ -28,6 +29,7 @@
 #include "service/node_health.h"
 #include "watch/event_loop.h"
 #include "watch/inotify.h"
+#include "kube/event_reporter.h"
 
 namespace gdw {
 
@@ -41,12 +43,13 @@ class Daemon {
  private:
   // What a watch descriptor is for.
   struct WatchTarget {
-    enum Kind { kContainerFile, kTreeDir, kParentDenyFile, kCheckpointDir, kBundleDir, kDevDir } kind;
+    enum Kind { kContainerFile, kTreeDir, kParentDenyFile, kCheckpointDir, kBundleDir, kDevDir, kCdiDir } kind;
     std::string path;  // the directory concerned
   };
 
   struct Watched {
-    Watched(DiscoveredContainer cg, RepairBudget b) : cgroup(std::move(cg)), budget(b) {}
+    Watched(DiscoveredContainer cg, RepairBudget b, RepairLogLimit l)
+        : cgroup(std::move(cg)), budget(b), log_limit(l) {}
     DiscoveredContainer cgroup;
     ContainerTarget target;
     ContainerLabels labels;
@@ -67,7 +70,6 @@ class Daemon {
     int identify_attempts = 0;
     std::uint64_t cgroup_id = 0;  // inode of the cgroup directory (what the probe reports)
     std::optional<std::uint64_t> resolved_generation;  // NodeModel::generation() of `target`
-    std::vector<OciDeviceCgroupRule> spec;  // cgroup v2: what the runtime's program enforces
     std::map<ProgramOwner, std::size_t> programs;  // cgroup v2: attached at the last check
     // The last write that revoked devices here, as the probe saw it.
     struct Revocation {
@@ -81,8 +83,14 @@ class Daemon {
     // A repair whose log line waits (briefly) for the probe to say who revoked.
     std::vector<WantedDevice> unlogged_grants;
     Clock::time_point unlogged_trigger{};
+    Clock::duration unlogged_repair_time{};  // of the first of those grants: for the Event
     EventSource log_timer;
+    // Repairs get a line each only up to repair.log_burst, then one per repair.log_interval
+    // (daemon_repair_log.cpp); the timer writes the count when no repair comes to carry it.
+    RepairLogLimit log_limit;
+    EventSource log_summary_timer;
     std::map<std::string, Clock::time_point> denied_open_logged;  // device → last log
+    std::uint64_t other_denied_opens_seen = 0;  // the probe's per-cgroup count, as last read
     // systemd driver: the devices already added to the scope's DeviceAllow=.
     std::set<DeviceNumber> persisted;
     bool persist_in_flight = false;
@@ -92,6 +100,8 @@ class Daemon {
   };
 
   Status start();
+  // /healthz: a top-priority timer records each turn of the loop.
+  Status start_heartbeat();
   void stop(int code);
   void start_node(const Config& config);
   void reload_config();
@@ -114,7 +124,16 @@ class Daemon {
   void reresolve_all();
   void reload_checkpoint();
   void reload_inventory();
-  void maybe_query_nvml();
+  // Starts a NVML query when an allocated MIG device is unmapped (or `force`); true while
+  // one is under way.
+  bool maybe_query_nvml(bool force = false);
+  // The discovered container cgroups, for the stale-checkpoint remediation's holders check
+  // (daemon_node_health.cpp).
+  std::vector<RunningContainer> running_containers() const;
+  // Sends READY=1 (once) when the first full pass is done and every allocation record is
+  // in: a GPU container only PodResources names is watched (and its revocations named)
+  // only from its first answer on (daemon_node_health.cpp).
+  void notify_ready_when_settled();
 
   // `cause`: who changed the container's device access, when the caller knows; named for
   // devices this check finds newly missing.
@@ -122,6 +141,10 @@ class Daemon {
   void check_all(Clock::time_point trigger, const std::function<bool(const Watched&)>& which);
   void schedule_retry(Watched& w, Clock::duration delay, Clock::time_point trigger);
   void update_gauges();
+  // CDI spec errors (logged once each while they last) and unresolved CDI names: metrics
+  // (daemon_cdi.cpp).
+  void report_cdi();
+  std::set<std::string> cdi_errors_logged_;
   // systemd cgroup driver: make the scope's DeviceAllow= include what was granted, so the
   // next daemon-reload keeps it.
   DeviceCheck check_devices(const Watched& w) const;
@@ -138,12 +161,20 @@ class Daemon {
   // container is missing devices now.
   void maintain_syscall_hook(bool drift);
   void on_denied_open(const DeniedOpenEvent& ev);
+  // Adds what the probe counted in the kernel (denied opens of non-GPU paths) to metrics.
+  void collect_other_denied_opens();
   void on_cgroup_lifecycle(const CgroupLifecycleEvent& ev);
   void on_device_program(const DeviceProgramEvent& ev);
   bool v2() const { return node_ && node_->version() == CgroupVersion::kV2; }
   void watch_in_probe(Watched& w);
   Watched* container_by_cgroup_id(std::uint64_t id);
   void log_grants(Watched& w);
+  void schedule_repair_log_summary(Watched& w, Clock::time_point at);
+  void log_repair_summary(Watched& w);
+  // Kubernetes Events on the container's pod (daemon_events.cpp); nothing when events are off.
+  void start_events();
+  void report_event(const Watched& w, kube::Cause cause, const std::vector<WantedDevice>& devices,
+                    const std::string& problem = "");
   std::vector<DeviceGrant> apply_grants(Watched& w, const std::vector<WantedDevice>& grantable, std::string& method);
   void arm_or_log(EventSource& timer, Clock::duration delay, const std::string& name);
 
@@ -154,10 +185,12 @@ class Daemon {
   double newest_container_start_ = 0;
   std::unique_ptr<EventLoop> loop_;
   std::optional<Inotify> inotify_;
+  LoopHeartbeat heartbeat_;  // before metrics_: its HTTP threads read it until they stop
   Metrics metrics_;
 
   EventSource inotify_source_;
   EventSource resync_timer_;
+  EventSource heartbeat_timer_;
   std::vector<EventSource> signal_sources_;
 
   std::map<int, WatchTarget> watches_;
@@ -165,7 +198,9 @@ class Daemon {
   std::map<std::string, Watched> containers_;  // by cgroup directory
   bool located_ = false;
   bool locate_error_logged_ = false;
+  std::set<std::string> identity_problems_logged_;  // ambiguous names, bundle conflicts: logged once each
   bool ready_ = false;
+  bool ready_notified_ = false;  // READY=1 sent
 
   std::unique_ptr<SystemdClient> systemd_;
   bool systemd_error_logged_ = false;
@@ -182,6 +217,7 @@ class Daemon {
   std::optional<Watched::Revocation> program_loader_;
   std::set<std::uint32_t> probe_majors_;
   std::set<std::string> probe_paths_;
+  EventSource other_denied_opens_timer_;
   std::map<std::uint64_t, std::string> dir_by_cgroup_id_;
   // The hierarchy id cgroup_mkdir reports for the tree we watch (cgroup2 is 0).
   std::optional<std::uint32_t> tree_hierarchy_id_;
@@ -191,6 +227,8 @@ class Daemon {
   EventSource nvml_io_;
   EventSource nvml_deadline_;
   Clock::time_point nvml_next_attempt_{};
+  Clock::time_point nvml_started_{};  // of the query under way or the last one
+  std::unique_ptr<kube::EventReporter> events_;  // last: its worker stops first
 };
 
 int run_daemon(const std::string& config_path);

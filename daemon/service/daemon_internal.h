@@ -33,6 +33,10 @@ inline std::string grant_rules_text(const std::vector<WantedDevice>& devices) {
   return s;
 }
 
+// "N more repairs in the last X s not logged ...": what a rate-limited repair log line adds
+// (daemon_repair_log.cpp).
+std::string unlogged_repairs_text(std::uint64_t repairs, Clock::duration over);
+
 inline log::Fields fields_of(const ContainerLabels& l, const std::string& cgroup) {
   log::Fields f;
   f.pod_namespace = l.pod_namespace;

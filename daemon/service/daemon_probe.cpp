@@ -20,6 +20,17 @@ using namespace daemon_internal;
 
 // Denied opens of one device in one container are logged at most this often.
 constexpr Clock::duration kDeniedOpenLogInterval = std::chrono::minutes(1);
+// Probe records handled per turn of the event loop. The probe source has the lowest
+// priority, and sd-event dispatches one source per turn: a repair (inotify, retry timers)
+// that becomes due while records keep coming waits for at most this many records, however
+// fast a tenant makes them (each is decode + O(1) bookkeeping, about a microsecond).
+constexpr int kProbeRecordsPerTurn = 64;
+// Lowest of the loop's sources (inotify is -10, timers 0): see kProbeRecordsPerTurn. So
+// that a repair still names its writer, on_inotify reads one budget of waiting records
+// before it repairs (the revoking write's record precedes its inotify event).
+constexpr int kProbePriority = 10;
+// How often the kernel's counts of denied non-GPU opens are added to the metric.
+constexpr Clock::duration kOtherDeniedOpensInterval = std::chrono::seconds(1);
 // cgroup v2 without the syscall hook: after a device program load (its attach follows
 // from the same process, normally within microseconds), the GPU containers' programs are
 // re-read at these delays after the latest load; program_query_interval stays the
@@ -64,9 +75,7 @@ void Daemon::load_probe() {
     log::warn("eBPF probe not loaded, continuing on inotify alone: " + probe.error().message);
     return;
   }
-  // Higher priority than inotify: the record of a revoking write is read before the repair
-  // it triggers, so the repair's log line can name the writer.
-  auto src = loop_->add_io((*probe)->fd(), EPOLLIN, [this](std::uint32_t) { on_probe(); }, "probe", -20);
+  auto src = loop_->add_io((*probe)->fd(), EPOLLIN, [this](std::uint32_t) { on_probe(); }, "probe", kProbePriority);
   if (!src) {
     probe_status_ = "off: " + src.error().message;
     log::warn("eBPF probe not loaded: " + src.error().message);
@@ -76,6 +85,15 @@ void Daemon::load_probe() {
   probe_source_ = std::move(*src);
   probe_majors_.clear();
   probe_paths_.clear();
+  auto counts = loop_->add_timer([this] {
+    collect_other_denied_opens();
+    arm_or_log(other_denied_opens_timer_, kOtherDeniedOpensInterval, "other-denied-opens");
+  }, "other-denied-opens", std::chrono::duration_cast<std::chrono::microseconds>(kOtherDeniedOpensInterval),
+                               kProbePriority);
+  if (counts)
+    other_denied_opens_timer_ = std::move(*counts);
+  else
+    log::warn("denied opens of non-GPU paths are not counted: " + counts.error().message);
   hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
                          probe_->rule_writes_need_syscall_hook());
   hook_error_logged_ = false;
@@ -144,6 +162,7 @@ Daemon::Watched* Daemon::container_by_cgroup_id(std::uint64_t id) {
 }
 
 void Daemon::on_probe() {
+  // At most kProbeRecordsPerTurn: the rest keeps the fd readable for a later turn.
   auto n = probe_->consume([this](const ProbeEvent& ev) {
     std::visit(
         [this](const auto& e) {
@@ -163,7 +182,7 @@ void Daemon::on_probe() {
           }
         },
         ev);
-  });
+  }, kProbeRecordsPerTurn);
   if (!n) {
     metrics_.event_loop_error("probe");
     log::error("reading probe events: " + n.error().message);
@@ -265,6 +284,19 @@ void Daemon::on_denied_open(const DeniedOpenEvent& ev) {
   log::warn("open(" + ev.path + ") of c " + std::to_string(ev.major) + ":" + std::to_string(ev.minor) +
                 " denied (EPERM) for pid " + std::to_string(ev.opener.pid) + " (" + ev.opener.comm + ")",
             f);
+}
+
+void Daemon::collect_other_denied_opens() {
+  if (!probe_) return;
+  for (auto& [dir, w] : containers_) {
+    if (w.target.kind != TargetKind::kGpu || !w.cgroup_id) continue;
+    auto total = probe_->other_denied_opens(w.cgroup_id);
+    if (!total) continue;  // not watched (yet): nothing counted
+    // Lower than last time: the cgroup was unwatched and watched again, counting from 0.
+    if (*total < w.other_denied_opens_seen) w.other_denied_opens_seen = 0;
+    if (*total > w.other_denied_opens_seen) metrics_.denied_open(w.labels, "other", *total - w.other_denied_opens_seen);
+    w.other_denied_opens_seen = *total;
+  }
 }
 
 void Daemon::on_device_program(const DeviceProgramEvent& ev) {

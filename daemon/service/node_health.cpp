@@ -2,6 +2,8 @@
 
 #include <sys/epoll.h>
 
+#include <algorithm>
+
 #include "log/log.h"
 
 namespace gdw {
@@ -25,9 +27,8 @@ std::string join(const std::vector<std::string>& items) {
 }  // namespace
 
 NodeHealthMonitor::NodeHealthMonitor(const Config& config, EventLoop& loop, Metrics& metrics, NodeModel& node,
-                                     std::function<void()> on_allocations_changed)
-    : config_(config), loop_(loop), metrics_(metrics), node_(node),
-      on_allocations_changed_(std::move(on_allocations_changed)) {}
+                                     NodeHealthHooks hooks)
+    : config_(config), loop_(loop), metrics_(metrics), node_(node), hooks_(std::move(hooks)) {}
 
 NodeHealthMonitor::~NodeHealthMonitor() = default;
 
@@ -58,7 +59,14 @@ Status NodeHealthMonitor::start() {
 
 void NodeHealthMonitor::poll_pod_resources() {
   if (!pod_resources_->busy()) {
-    if (auto s = pod_resources_->start_list(); !s) log::debug("PodResources: " + s.error().message);
+    if (auto s = pod_resources_->start_list(); !s) {
+      log::debug("PodResources: " + s.error().message);
+      // No call, no outcome to wait for: the checkpoint is all there is for now.
+      if (!pod_resources_answered_) {
+        pod_resources_answered_ = true;
+        if (hooks_.on_first_answers) hooks_.on_first_answers();
+      }
+    }
   }
   (void)pod_resources_timer_.arm(duration_cast<microseconds>(config_.kubelet.pod_resources_interval));
 }
@@ -76,8 +84,15 @@ void NodeHealthMonitor::on_pod_resources() {
     }
     pod_resources_state_ = state;
   }
-  if (!outcome->ok()) return;
-  node_.set_pod_resources(std::move(outcome->containers));
+  if (outcome->ok()) take_pod_resources(std::move(outcome->containers));
+  if (!pod_resources_answered_) {
+    pod_resources_answered_ = true;
+    if (hooks_.on_first_answers) hooks_.on_first_answers();
+  }
+}
+
+void NodeHealthMonitor::take_pod_resources(std::vector<PodResourcesContainer> containers) {
+  node_.set_pod_resources(std::move(containers));
   const auto& merged = node_.merged();
   metrics_.set_allocation_disagreements(merged.disagreements.size());
   std::set<std::string> now;
@@ -87,7 +102,7 @@ void NodeHealthMonitor::on_pod_resources() {
     now.insert(std::move(text));
   }
   disagreements_logged_ = std::move(now);
-  on_allocations_changed_();
+  hooks_.on_allocations_changed();
 }
 
 void NodeHealthMonitor::poll_plugins() {
@@ -119,7 +134,21 @@ void NodeHealthMonitor::on_plugins() {
   plugin_up_ = std::move(now);
 }
 
-void NodeHealthMonitor::checkpoint_or_inventory_changed() {
+void NodeHealthMonitor::checkpoint_or_inventory_changed() { judge(); }
+
+void NodeHealthMonitor::inventory_refreshed(bool ok, std::chrono::steady_clock::time_point started) {
+  // Only a query started after we asked counts: one already under way may have read NVML
+  // before the change whose evidence we are checking (judge() then asks again).
+  if (watch_.refresh_pending && started >= watch_.refresh_asked) {
+    watch_.refresh_pending = false;
+    (ok ? watch_.fresh : watch_.refresh_failed) = true;
+  } else if (watch_.refresh_pending) {
+    watch_.refresh_pending = false;
+  }
+  judge();
+}
+
+void NodeHealthMonitor::judge(int depth) {
   const StaleCheckpointReport report = node_.stale_report();
   metrics_.set_checkpoint_stale(report.stale, report.unknown_ids.size());
   if (report.stale != stale_) {
@@ -131,7 +160,132 @@ void NodeHealthMonitor::checkpoint_or_inventory_changed() {
     }
     stale_ = report.stale;
   }
-  if (report.stale && config_.kubelet.remediate_stale_checkpoint) remediate(report);
+  if (std::string key = stale_evidence_key(report); key != watch_.evidence) {
+    // New evidence: confirmed from the start, against an inventory newer than it.
+    const bool pending = watch_.refresh_pending;
+    watch_ = StaleWatch{};
+    watch_.evidence = std::move(key);
+    watch_.refresh_pending = pending;
+    watch_.refresh_asked = std::chrono::steady_clock::now();
+  }
+  RemediationInputs in;
+  in.stale = report.stale;
+  in.enabled = config_.kubelet.remediate_stale_checkpoint;
+  in.inventory_fresh = watch_.fresh;
+  in.refresh_failed = watch_.refresh_failed;
+  in.stale_since = watch_.since;
+  in.next_check = watch_.next_check;
+  in.pending_hold = watch_.pending_hold;
+  in.now = std::chrono::steady_clock::now();
+  in.confirm_after = config_.kubelet.stale_confirm_after;
+  // Only worth reading the cgroups when nothing else holds the remediation back.
+  if (in.stale && in.enabled && in.inventory_fresh && in.stale_since && in.now - *in.stale_since >= in.confirm_after &&
+      hooks_.running_containers) {
+    in.holders = checkpoint_device_holders(node_.checkpoint().checkpoint, config_.devices.resources,
+                                           hooks_.running_containers());
+  }
+  const RemediationDecision decision = decide_remediation(in);
+  if (decision.action == RemediationAction::kRefreshInventory) {
+    request_refresh(report);
+    // A refresh that is already decided (the host re-read, or a query that could not
+    // start) is judged at once; a NVML answer comes to inventory_refreshed().
+    if ((watch_.fresh || watch_.refresh_failed) && depth < 2) return judge(depth + 1);
+  }
+  act(decision, in.holders);
+}
+
+void NodeHealthMonitor::request_refresh(const StaleCheckpointReport& report) {
+  if (watch_.refresh_pending) return;
+  watch_.refresh_asked = std::chrono::steady_clock::now();
+  // /proc and /dev are read again now (the callers re-resolve the containers after us).
+  node_.load_inventory();
+  const bool rests_on_nvml = std::any_of(report.unknown_ids.begin(), report.unknown_ids.end(),
+                                         [](const std::string& id) { return id.rfind("MIG-", 0) == 0; });
+  if (!rests_on_nvml) {
+    watch_.fresh = true;
+    return;
+  }
+  watch_.refresh_pending = hooks_.requery_nvml && hooks_.requery_nvml();
+  if (!watch_.refresh_pending) watch_.refresh_failed = true;
+}
+
+void NodeHealthMonitor::act(const RemediationDecision& decision, const std::vector<std::string>& holders) {
+  if (decision.action != RemediationAction::kNone)
+    log::debug("stale checkpoint check: " + std::string(to_string(decision.action)) + " (" +
+               std::string(to_string(decision.hold)) + ", " + std::to_string(holders.size()) + " holder(s))");
+  switch (decision.action) {
+    case RemediationAction::kNone:
+      recheck_timer_.disarm();
+      report_hold(RemediationHold::kNone, holders);
+      return;
+    case RemediationAction::kRefreshInventory:
+      report_hold(decision.hold, holders);
+      return;
+    case RemediationAction::kWait:
+    case RemediationAction::kHold:
+      if (decision.starts_window) watch_.since = std::chrono::steady_clock::now();
+      if (watch_.next_check != decision.recheck_at) {
+        // A new window or back-off: the verdict that set it is used up, and a failed
+        // refresh is tried again when it ends.
+        watch_.fresh = false;
+        watch_.refresh_failed = false;
+        watch_.next_check = decision.recheck_at;
+        watch_.pending_hold = decision.hold;
+      }
+      // Also when unchanged: the loop's timers count from its iteration's start and may
+      // fire a little before `recheck_at`; the check then waits, and must be re-armed.
+      if (decision.recheck_at) arm_recheck(*decision.recheck_at);
+      report_hold(decision.hold, holders);
+      return;
+    case RemediationAction::kRemediate:
+      report_hold(RemediationHold::kNone, holders);
+      remediate(node_.stale_report());
+      // Not again for the same evidence before the restart had its chance (kubelet writes
+      // a new checkpoint, which is new evidence or none).
+      watch_.fresh = false;
+      watch_.next_check = std::chrono::steady_clock::now() + kRemediationMinInterval;
+      return;
+  }
+}
+
+void NodeHealthMonitor::report_hold(RemediationHold hold, const std::vector<std::string>& holders) {
+  metrics_.set_checkpoint_remediation_held(std::string(to_string(hold)));
+  if (hold == watch_.logged_hold) return;
+  watch_.logged_hold = hold;
+  const std::string what = "stale kubelet checkpoint not remediated";
+  switch (hold) {
+    case RemediationHold::kNone: return;
+    case RemediationHold::kInventoryUnconfirmed:
+      log::info(what + " yet: judging it again against a fresh inventory (NVML asked again); a cached or failed "
+                       "answer confirms nothing");
+      return;
+    case RemediationHold::kAwaitingConfirmation:
+      log::warn(what + " yet: it must still be stale at a second check " +
+                format_duration(config_.kubelet.stale_confirm_after) + " later (kubelet.stale_confirm_after)");
+      return;
+    case RemediationHold::kDevicesInUse:
+      log::warn(what + ": running containers hold devices it names (" + join(holders) +
+                "); restarting kubelet under them is not done");
+      return;
+  }
+}
+
+void NodeHealthMonitor::arm_recheck(std::chrono::steady_clock::time_point at) {
+  if (!recheck_timer_) {
+    auto t = loop_.add_timer([this] {
+      judge();
+      hooks_.on_allocations_changed();  // the inventory may have been read again
+    }, "stale-checkpoint-recheck");
+    if (!t) {
+      log::error("cannot create the stale-checkpoint timer: " + t.error().message);
+      return;
+    }
+    recheck_timer_ = std::move(*t);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const auto delay = at > now ? duration_cast<microseconds>(at - now) : microseconds(0);
+  if (auto s = recheck_timer_.arm(delay + std::chrono::milliseconds(1)); !s)
+    log::error("cannot arm the stale-checkpoint timer: " + s.error().message);
 }
 
 void NodeHealthMonitor::remediate(const StaleCheckpointReport& report) {

@@ -13,6 +13,7 @@ only where the daemon writes.
 Exits 77 (a skip for CTest) when PyYAML is not installed.
 """
 import pathlib
+import re
 import posixpath
 import sys
 
@@ -23,6 +24,9 @@ except ImportError:
     sys.exit(77)
 
 CAPABILITIES = {"SYS_ADMIN", "BPF", "PERFMON", "DAC_READ_SEARCH", "SYS_PTRACE"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+# Kubernetes Events are all the daemon asks of the API server: create, and patch a repeat's count.
+EVENTS_RULES = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}]
 
 
 def flatten(node, prefix=""):
@@ -75,7 +79,7 @@ def main():
         return report(c)
     namespace = by_kind["Namespace"][0]["metadata"]["name"]
     for d in docs:
-        if d["kind"] != "Namespace":
+        if d["kind"] not in CLUSTER_SCOPED:
             c.expect(d["metadata"].get("namespace") == namespace,
                      f"{d['kind']} {d['metadata']['name']} is not in namespace {namespace}")
 
@@ -88,7 +92,6 @@ def main():
     c.expect(service["spec"]["selector"].items() <= labels.items(), "Service selector does not match the pods")
     c.expect(pod.get("serviceAccountName") == by_kind["ServiceAccount"][0]["metadata"]["name"],
              "pod does not use the ServiceAccount")
-    c.expect(pod.get("automountServiceAccountToken") is False, "pod mounts an API token it never uses")
     c.expect(pod.get("hostPID") is True, "hostPID must be true: the probe reports host PIDs")
     c.expect(pod.get("priorityClassName") == "system-node-critical", "priorityClassName is not system-node-critical")
     c.expect(pod.get("nodeSelector") or pod.get("affinity"), "pod is not restricted to GPU nodes")
@@ -96,6 +99,13 @@ def main():
     containers = pod["containers"]
     c.expect(len(containers) == 1, "expected one container")
     ctr = containers[0]
+    # The image is the one scripts/build-image.sh builds: gpu-devwatch:<project version>.
+    version = re.search(r"project\(gpu-devwatch VERSION ([0-9.]+)", (root / "CMakeLists.txt").read_text())
+    c.expect(version is not None, "CMakeLists.txt has no project(gpu-devwatch VERSION x.y.z)")
+    if version:
+        image = str(ctr.get("image", ""))
+        c.expect(image.rsplit("/", 1)[-1] == f"gpu-devwatch:{version.group(1)}",
+                 f"image {image} is not gpu-devwatch:{version.group(1)} (what scripts/build-image.sh builds)")
     command = ctr.get("command", [])
     c.expect(command[:3] == ["/usr/local/bin/gpu-devwatch", "run", "--config"] and len(command) == 4,
              f"container command is not `gpu-devwatch run --config PATH`: {command}")
@@ -135,6 +145,13 @@ def main():
             c.expect(type(value) is type(defaults[key]),
                      f"configuration key {key}: {type(value).__name__}, documented as {type(defaults[key]).__name__}")
     effective = dict(defaults, **given)
+    check_rbac(c, by_kind, pod, ctr, namespace, effective)
+    # As the daemon does: kubelet paths the file does not name live under kubelet.root_dir.
+    for key, under_root in (("kubelet.checkpoint", "device-plugins/kubelet_internal_checkpoint"),
+                            ("kubelet.pod_resources_socket", "pod-resources/kubelet.sock"),
+                            ("kubelet.device_plugins_dir", "device-plugins")):
+        if key not in given:
+            effective[key] = posixpath.join(effective["kubelet.root_dir"], under_root)
 
     def host_path_of(container_path):
         """The host path a container path shows, and the mount it goes through."""
@@ -183,9 +200,15 @@ def main():
     port = int(str(effective["metrics.listen"]).rsplit(":", 1)[1])
     ports = {p.get("name"): p["containerPort"] for p in ctr.get("ports", [])}
     c.expect(port in ports.values(), f"metrics.listen port {port} is not a containerPort")
-    probe = ctr.get("livenessProbe", {}).get("httpGet", {})
-    c.expect(probe.get("path") == "/metrics", "liveness probe does not GET /metrics")
-    c.expect(ports.get(probe.get("port"), probe.get("port")) == port, "liveness probe is not on the metrics port")
+    # Liveness (and readiness, if any) ask /healthz: it turns 503 when the event loop is stuck,
+    # which /metrics (served by other threads) never shows.
+    c.expect("livenessProbe" in ctr, "no liveness probe")
+    for kind in ("livenessProbe", "readinessProbe"):
+        if kind not in ctr:
+            continue
+        probe = ctr[kind].get("httpGet", {})
+        c.expect(probe.get("path") == "/healthz", f"{kind} does not GET /healthz")
+        c.expect(ports.get(probe.get("port"), probe.get("port")) == port, f"{kind} is not on the metrics port")
     service_ports = service["spec"].get("ports", [])
     c.expect(any(ports.get(p.get("targetPort"), p.get("targetPort")) == port for p in service_ports),
              "Service does not target the metrics port")
@@ -200,6 +223,36 @@ def main():
         for resource in ("cpu", "memory"):
             c.expect(resource in resources.get(kind, {}), f"no {resource} {kind[:-1]}")
     return report(c, f"{len(docs)} objects; {len(needs)} host paths mounted as the configuration needs")
+
+
+def check_rbac(c, by_kind, pod, ctr, namespace, effective):
+    """The ServiceAccount may create and patch events and nothing more; its token is mounted
+    only when events are on."""
+    sa = by_kind["ServiceAccount"][0]["metadata"]["name"]
+    events_on = str(effective.get("events.enabled", "auto")) != "false"
+    c.expect(not by_kind.get("Role") and not by_kind.get("RoleBinding"), "no namespaced Role/RoleBinding expected")
+    roles = by_kind.get("ClusterRole", [])
+    bindings = by_kind.get("ClusterRoleBinding", [])
+    if not events_on:
+        c.expect(pod.get("automountServiceAccountToken") is False, "events are off but the pod mounts an API token")
+        c.expect(not roles and not bindings, "events are off but the ServiceAccount is granted a ClusterRole")
+        return
+    c.expect(pod.get("automountServiceAccountToken") is True,
+             "events are on: the pod must mount its ServiceAccount token (automountServiceAccountToken: true)")
+    if not c.expect(len(roles) == 1 and len(bindings) == 1, "expected exactly one ClusterRole and one ClusterRoleBinding"):
+        return
+    role, binding = roles[0], bindings[0]
+    rules = [{k: sorted(v) for k, v in rule.items()} for rule in role.get("rules", [])]
+    c.expect(rules == EVENTS_RULES, f"ClusterRole {role['metadata']['name']} grants {rules}, not exactly {EVENTS_RULES}")
+    c.expect(not role.get("aggregationRule"), "the ClusterRole must not aggregate other roles")
+    c.expect(binding.get("roleRef") == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                        "name": role["metadata"]["name"]},
+             "ClusterRoleBinding does not bind the events ClusterRole")
+    c.expect(binding.get("subjects") == [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
+             f"ClusterRoleBinding must bind only ServiceAccount {namespace}/{sa}")
+    env = {e.get("name"): e for e in ctr.get("env", [])}
+    node = env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+    c.expect(node == "spec.nodeName", "NODE_NAME (the events' source.host) is not spec.nodeName")
 
 
 def report(c, ok_message=""):

@@ -1,10 +1,23 @@
+// parse_oci_config on arbitrary text, in each runtime's layout: no crash, and identity
+// comes only from the runtime the layout names (never the other's keys).
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string_view>
 
 #include "runtime/oci_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  (void)gdw::parse_oci_config(std::string_view(reinterpret_cast<const char*>(data), size));
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  for (auto layout : {gdw::RuntimeKind::kUnknown, gdw::RuntimeKind::kContainerd, gdw::RuntimeKind::kCrio}) {
+    auto info = gdw::parse_oci_config(text, layout);
+    if (!info) continue;
+    if (layout != gdw::RuntimeKind::kUnknown && info->runtime != gdw::RuntimeKind::kUnknown &&
+        info->runtime != layout)
+      std::abort();
+    if (info->runtime == gdw::RuntimeKind::kUnknown &&
+        (!info->pod_name.empty() || !info->container_name.empty() || !info->pod_namespace.empty()))
+      std::abort();
+  }
   return 0;
 }

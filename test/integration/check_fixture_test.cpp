@@ -45,12 +45,15 @@ class FixtureNode {
   }
   void crio_bundle(const std::string& id, const std::string& pod_uid, const std::string& ns, const std::string& pod,
                    const std::string& container, const std::string& type = "container") {
+    // CRI-O's own keys: kubelet's labels as one JSON string (never plain pod annotations).
+    json labels = {{"io.kubernetes.pod.uid", pod_uid},
+                   {"io.kubernetes.pod.namespace", ns},
+                   {"io.kubernetes.pod.name", pod},
+                   {"io.kubernetes.container.name", container}};
     json doc = {{"annotations",
                  {{"io.kubernetes.cri-o.ContainerType", type},
-                  {"io.kubernetes.pod.uid", pod_uid},
-                  {"io.kubernetes.pod.namespace", ns},
-                  {"io.kubernetes.pod.name", pod},
-                  {"io.kubernetes.container.name", container}}}};
+                  {"io.kubernetes.cri-o.ContainerID", id},
+                  {"io.kubernetes.cri-o.Labels", labels.dump()}}}};
     dir_.write("crio/" + id + "/userdata/config.json", doc.dump());
   }
   void containerd_bundle(const std::string& id, const std::string& pod_uid, const std::string& ns, const std::string& pod,

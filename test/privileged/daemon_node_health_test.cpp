@@ -6,6 +6,9 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <thread>
+
+#include "kubelet/checkpoint.h"
 
 #include "support/daemon_harness.h"
 #include "support/kubelet_grpc_fakes.h"
@@ -91,30 +94,201 @@ TEST_F(DaemonNodeHealth, DevicePluginsThatStopAnsweringAreExported) {
   }, std::chrono::seconds(5))) << daemon_->metrics();
 }
 
-TEST_F(DaemonNodeHealth, AStaleCheckpointIsReportedAndRemediatedWhenAsked) {
-  const auto& c = node_->add_container({.pod_namespace = "ml", .pod_name = "p", .container_name = "c",
-                                        .device_ids = {node_->gpu_uuid(0)}});
-  // An allocation of a GPU this host does not have: written before the instance was replaced.
+// --- Stale-checkpoint remediation -------------------------------------------------------
+//
+// The daemon here runs with the stand-in NVML (test/support/fake_nvml.c) reading its
+// answer from files, so a test changes what the next `nvml-query` child sees (a MIG
+// geometry change, a failing driver). The restart goes to a bus that does not exist: a
+// remediation shows as the checkpoint moved aside and remediations_total{result="error"}.
+
+constexpr const char* kStaleRemediation =
+    "  source: checkpoint\n  remediate_stale_checkpoint: true\n";
+constexpr const char* kNoBus = "systemd:\n  bus_address: unix:path=/nonexistent/bus\n  timeout: 300ms\n";
+constexpr const char* kMigResource = "nvidia.com/mig-1g.10gb";
+
+class StaleCheckpointDaemon {
+ public:
+  StaleCheckpointDaemon(SandboxNode& node, const std::string& kubelet_extra)
+      : node_(node), port_(free_port()) {
+    devices_file_ = files_.write("nvml-devices", "");
+    mode_file_ = files_.write("nvml-mode", "ok");
+    std::string config = node.write_config("metrics:\n  listen: 127.0.0.1:" + std::to_string(port_) +
+                                               "\nprobe:\n  enabled: false\nlog:\n  level: debug\n" + kNoBus,
+                                           std::string(kStaleRemediation) + kubelet_extra);
+    std::string text = read_file(config);
+    const std::string nvml = "/nonexistent/libnvidia-ml.so.1";
+    text.replace(text.find(nvml), nvml.size(), GDW_FAKE_NVML);
+    write_file(config, text);
+    config_ = config;
+  }
+  void set_nvml_devices(const std::string& spec) { write_file(devices_file_, spec); }
+  void set_nvml_mode(const std::string& mode) { write_file(mode_file_, mode); }
+  bool start() {
+    daemon_ = std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{GDW_BINARY, "run", "--config", config_},
+        std::vector<std::string>{"FAKE_NVML_DEVICES_FILE=" + devices_file_, "FAKE_NVML_MODE_FILE=" + mode_file_});
+    return daemon_->wait_for_output(" ready", 15s) && eventually([&] { return !http_get(port_).empty(); });
+  }
+  double metric(const std::string& name, const std::map<std::string, std::string>& labels = {}) const {
+    return metric_value(http_get(port_), name, labels).value_or(-1);
+  }
+  std::string output() const { return daemon_ ? daemon_->output() : ""; }
+  bool process_wait(const std::string& needle, std::chrono::milliseconds timeout = 5s) {
+    return daemon_->wait_for_output(needle, timeout);
+  }
+  std::size_t count(const std::string& needle) const {
+    const std::string out = output();
+    std::size_t n = 0;
+    for (auto at = out.find(needle); at != std::string::npos; at = out.find(needle, at + 1)) ++n;
+    return n;
+  }
+  bool remediated() const {
+    return metric("gpu_devwatch_checkpoint_remediations_total", {{"result", "error"}}) >= 1 ||
+           !std::filesystem::exists(node_.checkpoint_path());
+  }
+
+ private:
+  SandboxNode& node_;
+  int port_;
+  TempDir files_{"gdw-nvml"};
+  std::string devices_file_, mode_file_, config_;
+  std::unique_ptr<BackgroundProcess> daemon_;
+};
+
+// Written as kubelet does (temp file, rename), with the entries and BootID given.
+void write_kubelet_checkpoint(SandboxNode& node, const std::vector<CheckpointWriteEntry>& entries,
+                              const std::map<std::string, std::vector<std::string>>& registered,
+                              const std::optional<std::string>& boot_id = std::nullopt) {
+  const std::string tmp = node.device_plugins_dir() + "/.checkpoint.tmp";
+  write_file(tmp, write_checkpoint(entries, registered, boot_id));
+  ASSERT_EQ(::rename(tmp.c_str(), node.checkpoint_path().c_str()), 0);
+}
+
+CheckpointWriteEntry allocation(const std::string& pod_uid, const std::string& container, const std::string& resource,
+                                const std::string& device_id) {
+  CheckpointWriteEntry e;
+  e.pod_uid = pod_uid;
+  e.container_name = container;
+  e.resource = resource;
+  e.device_ids_by_numa[0] = {device_id};
+  return e;
+}
+
+bool stale_copy_kept(const SandboxNode& node) {
+  for (const auto& e : std::filesystem::directory_iterator(node.device_plugins_dir()))
+    if (e.path().filename().string().rfind("kubelet_internal_checkpoint.stale-", 0) == 0) return true;
+  return false;
+}
+
+TEST_F(DaemonNodeHealth, AMigGeometryChangeIsNotTakenForAStaleCheckpoint) {
+  // Before: GPU 0 split into MIG A, allocated to a pod. NVML's answer is cached.
+  const std::string gpu = node_->gpu_uuid(0), mig_a = "MIG-" + random_uuid(), mig_b = "MIG-" + random_uuid();
+  StaleCheckpointDaemon daemon(*node_, "  stale_confirm_after: 300ms\n");
+  daemon.set_nvml_devices(gpu + ":0;" + mig_a + "@0/1/0");
+  write_kubelet_checkpoint(*node_, {allocation(random_uuid(), "old", kMigResource, mig_a)}, {{kMigResource, {mig_a}}});
+  ASSERT_TRUE(daemon.start()) << daemon.output();
+  ASSERT_TRUE(eventually([&] { return daemon.count("NVML reported 1 MIG device(s)") == 1; })) << daemon.output();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_checkpoint_stale"), 0);
+
+  // The geometry changes (MIG B replaces A), then kubelet names B in its checkpoint.
+  daemon.set_nvml_devices(gpu + ":0;" + mig_b + "@0/2/0");
+  write_kubelet_checkpoint(*node_, {allocation(random_uuid(), "new", kMigResource, mig_b)}, {{kMigResource, {mig_b}}});
+
+  // NVML is asked again before anything is judged stale for remediation; its answer
+  // lists B: the checkpoint describes this host.
+  EXPECT_TRUE(eventually([&] { return daemon.count("NVML reported 1 MIG device(s)") >= 2; })) << daemon.output();
+  EXPECT_TRUE(eventually([&] { return daemon.metric("gpu_devwatch_checkpoint_stale") == 0; })) << daemon.output();
+  // Well past the confirmation window: nothing was moved, kubelet was not restarted.
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_TRUE(std::filesystem::exists(node_->checkpoint_path())) << daemon.output();
+  EXPECT_FALSE(daemon.remediated()) << daemon.output();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_checkpoint_remediations_total"), -1);
+  EXPECT_EQ(daemon.metric("gpu_devwatch_checkpoint_stale"), 0) << daemon.output();
+}
+
+TEST_F(DaemonNodeHealth, AStaleVerdictNvmlCannotConfirmIsNotRemediated) {
+  const std::string gpu = node_->gpu_uuid(0), mig_a = "MIG-" + random_uuid(), mig_c = "MIG-" + random_uuid();
+  StaleCheckpointDaemon daemon(*node_, "  stale_confirm_after: 300ms\n");
+  daemon.set_nvml_devices(gpu + ":0;" + mig_a + "@0/1/0");
+  write_kubelet_checkpoint(*node_, {allocation(random_uuid(), "old", kMigResource, mig_a)}, {{kMigResource, {mig_a}}});
+  ASSERT_TRUE(daemon.start()) << daemon.output();
+  ASSERT_TRUE(eventually([&] { return daemon.count("NVML reported 1 MIG device(s)") == 1; })) << daemon.output();
+
+  // A MIG UUID NVML does not list, and from now on the driver does not answer.
+  daemon.set_nvml_mode("fail");
+  write_kubelet_checkpoint(*node_, {allocation(random_uuid(), "new", kMigResource, mig_c)}, {{kMigResource, {mig_c}}});
+  EXPECT_TRUE(daemon.process_wait("NVML query failed")) << daemon.output();
+  EXPECT_TRUE(eventually([&] {
+    return daemon.metric("gpu_devwatch_checkpoint_remediation_held", {{"reason", "inventory-unconfirmed"}}) == 1;
+  })) << daemon.output();
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(daemon.remediated()) << daemon.output();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_checkpoint_stale"), 1) << "stale, unconfirmed";
+}
+
+TEST_F(DaemonNodeHealth, AStaleCheckpointIsHeldWhileARunningContainerHoldsItsDevicesThenRemediated) {
+  // Another boot's checkpoint (the node rebooted), still naming the devices of a container
+  // that runs now.
+  make_dirs(node_->proc_root() + "/sys/kernel/random");
+  write_file(node_->proc_root() + "/sys/kernel/random/boot_id", random_uuid() + "\n");
+  const auto* c = &node_->add_container({.pod_namespace = "ml", .pod_name = "p", .container_name = "c",
+                                         .device_ids = {node_->gpu_uuid(0)}, .in_checkpoint = false});
+  write_kubelet_checkpoint(*node_, {allocation(c->spec.pod_uid, "c", "nvidia.com/gpu", node_->gpu_uuid(0))},
+                           {{"nvidia.com/gpu", {node_->gpu_uuid(0), node_->gpu_uuid(1)}}}, random_uuid());
+  StaleCheckpointDaemon daemon(*node_, "  stale_confirm_after: 500ms\n");
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_TRUE(daemon.start()) << daemon.output();
+  EXPECT_TRUE(eventually([&] { return daemon.metric("gpu_devwatch_checkpoint_stale") == 1; })) << daemon.output();
+  EXPECT_TRUE(daemon.process_wait("checkpoint written in boot")) << daemon.output();
+
+  // Confirmed after the window, but the container runs: held, said once, exported.
+  EXPECT_TRUE(eventually([&] {
+    return daemon.metric("gpu_devwatch_checkpoint_remediation_held", {{"reason", "devices-in-use"}}) == 1;
+  })) << daemon.output();
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 500ms);
+  EXPECT_NE(daemon.output().find("running containers hold devices it names (" + c->spec.pod_uid + "/c)"),
+            std::string::npos)
+      << daemon.output();
+  std::this_thread::sleep_for(1500ms);  // several more checks
+  EXPECT_FALSE(daemon.remediated()) << daemon.output();
+  EXPECT_EQ(daemon.count("running containers hold devices it names"), 1u) << daemon.output();
+  // Repairs go on from the record meanwhile.
+  node_->reapply_spec(*c);
+  EXPECT_TRUE(eventually([&] { return node_->open_errno(*c, "nvidia0") == ENXIO; }, 3s)) << daemon.output();
+
+  // The container ends: at the next check the remediation runs. Moved aside (kept, never
+  // deleted); the restart fails against a bus that does not exist.
+  node_->remove_container(*c);
+  c = nullptr;
+  EXPECT_TRUE(eventually([&] {
+    return daemon.metric("gpu_devwatch_checkpoint_remediations_total", {{"result", "error"}}) == 1;
+  }, 10s)) << daemon.output();
+  EXPECT_FALSE(std::filesystem::exists(node_->checkpoint_path()));
+  EXPECT_TRUE(stale_copy_kept(*node_));
+  EXPECT_EQ(daemon.metric("gpu_devwatch_checkpoint_remediation_held", {{"reason", "devices-in-use"}}), 0);
+}
+
+TEST_F(DaemonNodeHealth, AStaleCheckpointIsRemediatedOnlyAfterTheConfirmationWindow) {
+  // An allocation of a GPU this host does not have (written before the instance was
+  // replaced), for a pod that no longer runs.
   node_->allocate(random_uuid(), "old", {"GPU-deadbeef-0000-4000-8000-000000000000"});
   node_->write_checkpoint();
-  ASSERT_TRUE(daemon_->start("systemd:\n  bus_address: unix:path=/nonexistent/bus\n  timeout: 300ms\n", false,
-                             "  remediate_stale_checkpoint: true\n"))
-      << daemon_->output();
-  EXPECT_EQ(daemon_->metric("gpu_devwatch_checkpoint_stale"), 1);
-  EXPECT_EQ(daemon_->metric("gpu_devwatch_checkpoint_unknown_devices"), 1);
-  EXPECT_NE(daemon_->output().find("GPU-deadbeef-0000-4000-8000-000000000000"), std::string::npos) << daemon_->output();
-  // Moved aside (kept, never deleted); the restart fails against a bus that does not exist.
+  StaleCheckpointDaemon daemon(*node_, "  stale_confirm_after: 2s\n");
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_TRUE(daemon.start()) << daemon.output();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_checkpoint_stale"), 1);
+  EXPECT_EQ(daemon.metric("gpu_devwatch_checkpoint_unknown_devices"), 1);
+  EXPECT_NE(daemon.output().find("GPU-deadbeef-0000-4000-8000-000000000000"), std::string::npos) << daemon.output();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_checkpoint_remediation_held", {{"reason", "awaiting-confirmation"}}), 1)
+      << daemon.output();
+  EXPECT_TRUE(std::filesystem::exists(node_->checkpoint_path())) << "remediated on one verdict";
+
   EXPECT_TRUE(eventually([&] {
-    return daemon_->metric("gpu_devwatch_checkpoint_remediations_total", {{"result", "error"}}) == 1;
-  })) << daemon_->output();
+    return daemon.metric("gpu_devwatch_checkpoint_remediations_total", {{"result", "error"}}) == 1;
+  }, 10s)) << daemon.output();
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 2s);
   EXPECT_FALSE(std::filesystem::exists(node_->checkpoint_path()));
-  bool kept = false;
-  for (const auto& e : std::filesystem::directory_iterator(node_->device_plugins_dir()))
-    kept |= e.path().filename().string().rfind("kubelet_internal_checkpoint.stale-", 0) == 0;
-  EXPECT_TRUE(kept);
-  // Repairs go on from the last good record.
-  node_->reapply_spec(c);
-  EXPECT_TRUE(daemon_->eventually_errno(c, "nvidia0", ENXIO)) << daemon_->output();
+  EXPECT_TRUE(stale_copy_kept(*node_));
 }
 
 TEST_F(DaemonNodeHealth, AFreshCheckpointIsNotStaleAndNotTouched) {

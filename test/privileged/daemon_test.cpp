@@ -244,5 +244,32 @@ TEST_F(DaemonOnRealCgroups, ARepeatedRevokerIsRateLimitedButStillRepaired) {
   EXPECT_TRUE(daemon_->eventually_errno(c, "nvidia0", ENXIO, 3s)) << daemon_->output();
 }
 
+// The defaults: a re-applier at 200/s is repaired every time and never held back; the
+// journal gets repair.log_burst lines, then one per repair.log_interval counting the rest.
+TEST_F(DaemonOnRealCgroups, AReapplierAt200PerSecondIsNeverHeldBackAndItsLogIsCounted) {
+  const auto& c = gpu_container("trainer", 0);
+  node_->write_checkpoint();
+  ASSERT_TRUE(daemon_->start("repair:\n  log_burst: 3\n  log_interval: 1s\n")) << daemon_->output();
+  const auto start = std::chrono::steady_clock::now();
+  int reapplies = 0;
+  for (auto next = start; next < start + 2s; next += 5ms, ++reapplies) {
+    std::this_thread::sleep_until(next);
+    node_->reapply_spec(c);
+  }
+  EXPECT_TRUE(daemon_->eventually_errno(c, "nvidia0", ENXIO)) << daemon_->output();
+  EXPECT_TRUE(eventually([&] { return daemon_->output().find("more repairs in the last") != std::string::npos; }, 3s))
+      << "the repairs not logged are counted\n" << daemon_->output();
+  EXPECT_GE(daemon_->metric("gpu_devwatch_regrants_total", {{"result", "success"}}), reapplies / 4) << reapplies;
+  EXPECT_LE(daemon_->metric("gpu_devwatch_repairs_throttled_total", labels(c)), 0) << "the guard never engaged";
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_containers_throttled"), 0);
+  const std::string out = daemon_->output();
+  EXPECT_EQ(out.find("rate-limited"), std::string::npos) << out;
+  std::size_t lines = 0;
+  for (auto pos = out.find("granted back nvidia0"); pos != std::string::npos; pos = out.find("granted back nvidia0", pos + 1))
+    ++lines;
+  EXPECT_GE(lines, 3u) << out;
+  EXPECT_LE(lines, 3u + 3u) << "3 at first, then one a second\n" << out;
+}
+
 }  // namespace
 }  // namespace gdw::test

@@ -117,7 +117,7 @@ TEST_P(DaemonWithSystemd, RepairsAfterDaemonReloadAndTheNextReloadKeepsTheGpu) {
     for (const char* rule : {"c 195:0 rw", "c 195:255 rw", "c 237:0 rw", "c 237:1 rw"})
       ASSERT_EQ(write_kernel_file(cgroup_ + "/devices.allow", rule), 0);
   } else {
-    auto hook = install_union_program(cgroup_, {{false, DeviceRule{}}, {true, {DeviceType::kChar, 1, 3, kAccessAll}}}, all);
+    auto hook = repair_device_programs(cgroup_, all);
     ASSERT_TRUE(hook.ok()) << hook.error().message;
   }
   ASSERT_EQ(open_errno("nvidia0"), ENXIO);

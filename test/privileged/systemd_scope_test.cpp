@@ -163,9 +163,10 @@ TEST_P(SystemdScope, DeviceAllowFromSetUnitPropertiesSurvivesDaemonReload) {
     ASSERT_EQ(write_kernel_file(scope.cgroup + "/devices.allow", "c 195:0 rw"), 0);
   } else {
     EXPECT_EQ(program_names(scope), "[sd_devices]");
-    auto repair = install_union_program(scope.cgroup, kScopeRules, {wanted(195, 0, "nvidia0")});
+    auto repair = repair_device_programs(scope.cgroup, {wanted(195, 0, "nvidia0")});
     ASSERT_TRUE(repair.ok()) << repair.error().message;
-    EXPECT_TRUE(repair->used_replace);
+    ASSERT_EQ(repair->replaced.size(), 1u) << "systemd's program, wrapped";
+    EXPECT_TRUE(repair->replaced[0].atomic);
     EXPECT_EQ(program_names(scope), "[gdw_devices]");
   }
   EXPECT_EQ(open_errno(scope, "nvidia0"), ENXIO) << "granted by hand";
@@ -224,14 +225,13 @@ TEST_P(SystemdScope, DeviceAllowFromSetUnitPropertiesSurvivesDaemonReload) {
   } else {
     EXPECT_EQ(program_names(scope), "[gdw_devices,sd_devices]");
     EXPECT_EQ(open_errno(scope, "nvidia-uvm"), EPERM);
-    // What the daemon does next on v2: replace every program with one allowing the union.
-    // Since systemd's own list now holds the devices too, its next program allows them as
-    // well, and the grant outlives further reloads.
-    auto repair =
-        install_union_program(scope.cgroup, kScopeRules, {wanted(195, 0, "nvidia0"), wanted(237, 0, "nvidia-uvm")});
+    // What the daemon does next on v2: wrap the program that denies (ours from the hand
+    // grant); systemd's new program allows both and stays. Since systemd's own list now
+    // holds the devices too, the grant outlives further reloads.
+    auto repair = repair_device_programs(scope.cgroup, {wanted(195, 0, "nvidia0"), wanted(237, 0, "nvidia-uvm")});
     ASSERT_TRUE(repair.ok()) << repair.error().message;
-    EXPECT_EQ(repair->detached_ids.size(), 2u);
-    EXPECT_EQ(program_names(scope), "[gdw_devices]");
+    EXPECT_EQ(repair->replaced.size(), 1u);
+    EXPECT_EQ(program_names(scope), "[gdw_devices,sd_devices]");
     daemon_reload();
     EXPECT_EQ(program_names(scope), "[gdw_devices,sd_devices]");
     EXPECT_EQ(open_errno(scope, "nvidia0"), ENXIO);

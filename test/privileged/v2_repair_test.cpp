@@ -1,13 +1,17 @@
 // cgroup v2 on the real kernel (the cgroup2 mount at /sys/fs/cgroup/unified): a container
 // whose runtime program allows the GPU (as the NVIDIA hook leaves it), then systemd's
 // program after a daemon-reload ANDed on top of it (seed 004: the GPU is denied). `check
-// --repair` and the daemon replace them with one program allowing spec + GPU; everything
-// the spec denies stays denied. Access is proven with open() from inside the cgroup.
+// --repair` and the daemon wrap only the program that denies (systemd's) so that it allows
+// the wanted devices; every other program and verdict stays. Access is proven with open()
+// from inside the cgroup.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 
 #include "backend/device_programs_v2.h"
 #include "support/daemon_harness.h"
@@ -54,8 +58,9 @@ TEST_F(V2Repair, CheckFindsTheAndedProgramAndRepairKeepsTheSpec) {
   EXPECT_EQ(node_->open_errno(*c_, "nvidia1"), EPERM);
   auto programs = query_device_programs(c_->cgroup_dir);
   ASSERT_TRUE(programs.ok()) << programs.error().message;
-  ASSERT_EQ(programs->size(), 1u);
-  EXPECT_EQ((*programs)[0].owner, ProgramOwner::kOurs);
+  ASSERT_EQ(programs->size(), 2u) << "the runtime's program (allows the GPU) stays; systemd's is wrapped";
+  EXPECT_EQ((*programs)[0].owner, ProgramOwner::kRuntime);
+  EXPECT_EQ((*programs)[1].owner, ProgramOwner::kOurs);
 
   auto after = run_command({GDW_BINARY, "check", "--config", config});
   EXPECT_EQ(after.exit_code, 0) << after.out << after.err;
@@ -75,7 +80,7 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
                            "  syscall_hook: " + hook + "\n"))
       << daemon.output();
   if (daemon.metric("gpu_devwatch_probe_loaded") != 1) GTEST_SKIP() << "probe not loadable:\n" << daemon.output();
-  // The runtime's program denies the GPU from the start; the startup repair replaces it.
+  // The runtime's program allows the GPU from the start: nothing to repair yet.
   ASSERT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
   EXPECT_EQ(daemon.metric("gpu_devwatch_probe_syscall_hook_attached"), hook == "always" ? 1 : 0);
 
@@ -89,11 +94,11 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
   EXPECT_TRUE(daemon.process().wait_for_output(how)) << daemon.output();
   // The startup repair had no cause to name: its line does not borrow the later one's.
   EXPECT_EQ(daemon.output().find("tools,nvidia0"), std::string::npos) << daemon.output();
-  // The runtime's and systemd's programs were replaced by ours.
-  EXPECT_GE(daemon.metric("gpu_devwatch_device_programs_replaced_total"), 2);
+  // systemd's program was wrapped by ours; the runtime's, which allows the GPU, stays.
+  EXPECT_GE(daemon.metric("gpu_devwatch_device_programs_replaced_total"), 1);
   EXPECT_TRUE(eventually([&] {
     return daemon.metric("gpu_devwatch_device_programs", {{"owner", "ours"}}) == 1 &&
-           daemon.metric("gpu_devwatch_device_programs", {{"owner", "runtime"}}) == 0 &&
+           daemon.metric("gpu_devwatch_device_programs", {{"owner", "runtime"}}) == 1 &&
            daemon.metric("gpu_devwatch_device_programs", {{"owner", "systemd"}}) == 0;
   })) << daemon.metrics();
 }
@@ -108,6 +113,56 @@ TEST_F(V2Repair, WithoutTheProbeThePeriodicQueryRepairs) {
   node_->reapply_spec(*c_);
   EXPECT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
   EXPECT_EQ(node_->open_errno(*c_, "mem"), EPERM);
+}
+
+std::vector<std::uint32_t> program_ids(const std::string& cgroup_dir) {
+  std::vector<std::uint32_t> ids;
+  auto programs = query_device_programs(cgroup_dir);
+  EXPECT_TRUE(programs.ok()) << programs.error().message;
+  if (programs.ok())
+    for (const auto& p : *programs) ids.push_back(p.id);
+  return ids;
+}
+
+// Issue 10, item 5: a healthy GPU container (missing nothing) keeps its programs: the same
+// ids after `check --repair` and after the daemon's startup pass and query timer.
+TEST_F(V2Repair, AHealthyContainersProgramsStayUntouched) {
+  const auto ids = program_ids(c_->cgroup_dir);
+  ASSERT_EQ(ids.size(), 1u);
+  const std::string config = node_->write_config();
+  auto repair = run_command({GDW_BINARY, "check", "--repair", "--config", config});
+  EXPECT_EQ(repair.exit_code, 0) << repair.out << repair.err;
+  EXPECT_EQ(program_ids(c_->cgroup_dir), ids) << repair.out;
+  {
+    DaemonHarness daemon(*node_);
+    ASSERT_TRUE(daemon.start("daemon:\n  program_query_interval: 100ms\n", /*probe=*/false)) << daemon.output();
+    EXPECT_EQ(daemon.metric("gpu_devwatch_containers_watched"), 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // a few query passes
+    EXPECT_EQ(daemon.metric("gpu_devwatch_device_programs_replaced_total"), 0) << daemon.output();
+  }
+  EXPECT_EQ(program_ids(c_->cgroup_dir), ids);
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia0"), ENXIO);
+}
+
+// Issue 10, item 5, end to end through `check --repair`: a security agent's program
+// denying /dev/null stays in force after a reload and the repair; the GPU comes back.
+TEST_F(V2Repair, CheckRepairKeepsAThirdProgramsRestriction) {
+  ASSERT_EQ(::mknod(node_->node_path("null").c_str(), S_IFCHR | 0600, makedev(1, 3)), 0);
+  ASSERT_EQ(node_->open_errno(*c_, "null"), 0);
+  ForeignProgram agent("agent", {{true, DeviceRule{}}, {false, DeviceRule{DeviceType::kChar, 1, 3, kAccessAll}}});
+  ASSERT_EQ(agent.attach(c_->cgroup_dir), 0);
+  ASSERT_EQ(node_->open_errno(*c_, "null"), EPERM);
+  node_->reapply_spec(*c_);  // systemd's reload: the GPU is denied
+  ASSERT_EQ(node_->open_errno(*c_, "nvidia0"), EPERM);
+  const std::string config = node_->write_config();
+  auto repair = run_command({GDW_BINARY, "check", "--repair", "--config", config});
+  EXPECT_EQ(repair.exit_code, 0) << repair.out << repair.err;
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia0"), ENXIO);
+  EXPECT_EQ(node_->open_errno(*c_, "null"), EPERM) << "the agent's restriction is kept\n" << repair.out;
+  EXPECT_EQ(node_->open_errno(*c_, "mem"), EPERM);
+  auto ids = program_ids(c_->cgroup_dir);
+  EXPECT_EQ(ids.size(), 3u);
+  EXPECT_NE(std::find(ids.begin(), ids.end(), agent.id), ids.end()) << "the agent's program is untouched";
 }
 
 }  // namespace

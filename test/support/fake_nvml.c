@@ -8,6 +8,11 @@
  *                        MIG-<uuid>@<minor>/<gi>/<ci>     a MIG device of the GPU with that minor
  *                      e.g. "GPU-aaa:0;MIG-bbb@0/1/0,MIG-ccc@0/2/0"
  *   FAKE_NVML_MIG      unsupported: nvmlDeviceGetMaxMigDeviceCount answers NOT_SUPPORTED
+ *   FAKE_NVML_DEVICES_FILE, FAKE_NVML_MODE_FILE
+ *                      the same, read from a file when nvmlInit_v2 runs (each
+ *                      `gpu-devwatch nvml-query` is a new process): a test changes the
+ *                      answer of a running daemon's next query, e.g. a MIG geometry change.
+ *                      A file wins over the variable; newlines separate entries too.
  *
  * A GPU with MIG devices reports 7 MIG slots; slots past its MIG devices answer NOT_FOUND,
  * as empty slots do on real hardware. Return codes and buffer sizes follow NVIDIA's public
@@ -79,12 +84,26 @@ static void add_entry(const char* entry, size_t len) {
   }
 }
 
+/* The content of the file named by `variable` (at most 4 KiB), or NULL. */
+static const char* file_setting(const char* variable, char* buf, size_t size) {
+  const char* path = getenv(variable);
+  if (!path) return NULL;
+  FILE* f = fopen(path, "r");
+  if (!f) return NULL;
+  size_t n = fread(buf, 1, size - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
 static void load_devices(void) {
-  const char* spec = getenv("FAKE_NVML_DEVICES");
+  static char from_file[4096];
+  const char* spec = file_setting("FAKE_NVML_DEVICES_FILE", from_file, sizeof from_file);
+  if (!spec) spec = getenv("FAKE_NVML_DEVICES");
   gpu_count = mig_count = 0;
   if (!spec) return;
   while (*spec) {
-    size_t len = strcspn(spec, ";,");
+    size_t len = strcspn(spec, ";,\n");
     add_entry(spec, len);
     spec += len;
     if (*spec) ++spec;
@@ -92,7 +111,13 @@ static void load_devices(void) {
 }
 
 static const char* mode(void) {
-  const char* m = getenv("FAKE_NVML_MODE");
+  static char from_file[64];
+  const char* m = file_setting("FAKE_NVML_MODE_FILE", from_file, sizeof from_file);
+  if (m) {
+    from_file[strcspn(from_file, " \n")] = '\0';
+    return from_file;
+  }
+  m = getenv("FAKE_NVML_MODE");
   return m ? m : "ok";
 }
 

@@ -74,6 +74,24 @@ v1::ListPodResourcesResponse one_container_listing(const std::string& pod_namesp
   return r;
 }
 
+void add_dra_claim_listing(v1::ListPodResourcesResponse& response, const std::string& pod_namespace,
+                           const std::string& pod_name, const std::string& container, const std::string& claim_name,
+                           const std::string& driver, const std::vector<std::string>& cdi_names) {
+  auto* pod = response.add_pod_resources();
+  pod->set_name(pod_name);
+  pod->set_namespace_(pod_namespace);
+  auto* c = pod->add_containers();
+  c->set_name(container);
+  auto* claim = c->add_dynamic_resources();
+  claim->set_claim_name(claim_name);
+  claim->set_claim_namespace(pod_namespace);
+  auto* device = claim->add_claim_resources();
+  device->set_driver_name(driver);
+  device->set_pool_name("sandbox");
+  device->set_device_name(claim_name + "-device");
+  for (const auto& name : cdi_names) device->add_cdi_devices()->set_name(name);
+}
+
 void FakePodResources::set_response(v1::ListPodResourcesResponse response) {
   std::lock_guard lock(mu_);
   response_ = std::move(response);

@@ -50,6 +50,12 @@ v1::ListPodResourcesResponse one_container_listing(const std::string& pod_namesp
                                                    const std::string& container, const std::string& device_id,
                                                    const std::string& resource = "nvidia.com/gpu");
 
+// Appends a pod with one container using one DRA claim (in the pod's namespace) of `driver`
+// whose device has `cdi_names` (dynamic_resources, as kubelet >= 1.34 lists it).
+void add_dra_claim_listing(v1::ListPodResourcesResponse& response, const std::string& pod_namespace,
+                           const std::string& pod_name, const std::string& container, const std::string& claim_name,
+                           const std::string& driver, const std::vector<std::string>& cdi_names);
+
 // v1beta1.DevicePlugin on unix://<socket_path>; GetDevicePluginOptions answers after `delay`.
 class FakeDevicePlugin final : public v1beta1::DevicePlugin::Service {
  public:

@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "support/cgroup_sandbox.h"
@@ -193,11 +195,14 @@ void sleep_for(std::chrono::milliseconds d) {
 
 }  // namespace
 
-BookwormRootfs ensure_bookworm_rootfs() {
+namespace {
+
+// debootstrap --variant=minbase --include=<include> bookworm into <cache>/<name>, once.
+BookwormRootfs ensure_cached_rootfs(const std::string& name, const std::string& include) {
   BookwormRootfs result;
   const char* cache_env = std::getenv("GDW_TEST_ROOTFS_CACHE");
   const std::string cache = cache_env != nullptr && *cache_env != '\0' ? cache_env : "/var/cache/gdw-test";
-  const std::string final_dir = cache + "/bookworm-rootfs";
+  const std::string final_dir = cache + "/" + name;
   const std::string marker = final_dir + "/.gdw-rootfs-complete";
   if (::access(marker.c_str(), F_OK) == 0) {
     result.path = final_dir;
@@ -214,7 +219,7 @@ BookwormRootfs ensure_bookworm_rootfs() {
   std::error_code ec;
   fs::create_directories(cache, ec);
   // One builder per machine; the others wait for it and then find the marker.
-  const std::string lock_path = cache + "/bookworm-rootfs.lock";
+  const std::string lock_path = cache + "/" + name + ".lock";
   const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
   if (lock < 0 || ::flock(lock, LOCK_EX) != 0) {
     result.unavailable = "cannot lock " + lock_path + ": " + std::strerror(errno);
@@ -230,13 +235,13 @@ BookwormRootfs ensure_bookworm_rootfs() {
     return result;
   }
   // Leftovers of an interrupted build: never used, always rebuilt.
-  const std::string partial = cache + "/bookworm-rootfs.partial";
+  const std::string partial = cache + "/" + name + ".partial";
   remove_build_tree(final_dir);
   remove_build_tree(partial);
 
   const auto start = Clock::now();
   auto built = run_command(
-      {"debootstrap", "--variant=minbase", "--include=systemd,dbus,systemd-sysv", "bookworm", partial}, 240s);
+      {"debootstrap", "--variant=minbase", "--include=" + include, "bookworm", partial}, 240s);
   result.build_time = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
   if (built.exit_code != 0) {
     const std::string output = built.out + built.err;
@@ -248,7 +253,7 @@ BookwormRootfs ensure_bookworm_rootfs() {
     return result;
   }
   write_file(partial + "/.gdw-rootfs-complete",
-             "debootstrap --variant=minbase --include=systemd,dbus,systemd-sysv bookworm\n");
+             "debootstrap --variant=minbase --include=" + include + " bookworm\n");
   if (::rename(partial.c_str(), final_dir.c_str()) != 0) {
     result.unavailable = "renaming " + partial + " to " + final_dir + ": " + std::strerror(errno);
     remove_build_tree(partial);
@@ -257,6 +262,22 @@ BookwormRootfs ensure_bookworm_rootfs() {
   result.path = final_dir;
   result.built_now = true;
   return result;
+}
+
+}  // namespace
+
+BookwormRootfs ensure_bookworm_rootfs() { return ensure_cached_rootfs("bookworm-rootfs", "systemd,dbus,systemd-sysv"); }
+
+BookwormRootfs ensure_bookworm_rootfs(const std::vector<std::string>& extra_packages) {
+  std::vector<std::string> packages = {"systemd", "dbus", "systemd-sysv"};
+  packages.insert(packages.end(), extra_packages.begin(), extra_packages.end());
+  std::sort(packages.begin(), packages.end());
+  packages.erase(std::unique(packages.begin(), packages.end()), packages.end());
+  std::string include;
+  for (const auto& p : packages) include += (include.empty() ? "" : ",") + p;
+  char key[17];
+  std::snprintf(key, sizeof key, "%016zx", std::hash<std::string>{}(include));
+  return ensure_cached_rootfs(std::string("bookworm-rootfs-") + key, include);
 }
 
 std::string to_string(CgroupMode mode) { return mode == CgroupMode::kV1 ? "v1" : "v2"; }

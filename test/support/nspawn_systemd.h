@@ -33,6 +33,10 @@ struct BookwormRootfs {
   std::chrono::milliseconds build_time{0};
 };
 BookwormRootfs ensure_bookworm_rootfs();
+// The same with `extra_packages` installed by debootstrap as well (the containers run with
+// --private-network: software installed in a test cannot fetch its dependencies), cached
+// per package set in <cache>/bookworm-rootfs-<hash of the list>.
+BookwormRootfs ensure_bookworm_rootfs(const std::vector<std::string>& extra_packages);
 
 enum class CgroupMode { kV1, kV2 };
 std::string to_string(CgroupMode mode);  // "v1", "v2"

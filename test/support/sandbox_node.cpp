@@ -72,8 +72,11 @@ SandboxNode::SandboxNode(const Options& options)
     make_node(node_path("nvidia-uvm-tools"), kUvmMajor, 1);
   }
   files_.mkdirs("run/containerd/io.containerd.runtime.v2.task/k8s.io");
+  files_.mkdirs("crio/overlay-containers");
   files_.mkdirs("kubelet/device-plugins");
   files_.mkdirs("kubelet/pod-resources");
+  files_.mkdirs("etc/cdi");
+  files_.mkdirs("run/cdi");
   cgroups_.make(options_.systemd_naming ? "kubepods.slice" : "kubepods");
   write_checkpoint();
 }
@@ -109,16 +112,20 @@ const SandboxContainer& SandboxNode::add_container(SandboxContainerSpec spec) {
   if (spec.container_name.empty()) spec.container_name = "main";
   c.id = random_hex(64);
   const std::string qos = spec.qos == QosClass::kGuaranteed ? "" : to_string(spec.qos);
+  const bool crio = spec.runtime == RuntimeKind::kCrio;
   if (options_.systemd_naming) {
     std::string qos_slice = qos.empty() ? "" : "kubepods-" + qos + ".slice/";
     std::string pod_slice = "kubepods-" + (qos.empty() ? "" : qos + "-") + "pod" + escape_systemd(spec.pod_uid) + ".slice";
-    c.cgroup_rel = "kubepods.slice/" + qos_slice + pod_slice + "/cri-containerd-" + c.id + ".scope";
+    c.cgroup_rel = "kubepods.slice/" + qos_slice + pod_slice + (crio ? "/crio-" : "/cri-containerd-") + c.id + ".scope";
   } else {
-    c.cgroup_rel = "kubepods/" + (qos.empty() ? "" : qos + "/") + "pod" + spec.pod_uid + "/" + c.id;
+    c.cgroup_rel = "kubepods/" + (qos.empty() ? "" : qos + "/") + "pod" + spec.pod_uid + (crio ? "/crio-" : "/") + c.id;
   }
   c.spec = std::move(spec);
-  if (c.spec.with_bundle) files_.write("run/containerd/io.containerd.runtime.v2.task/k8s.io/" + c.id + "/config.json",
-                                       bundle_json(c));
+  if (c.spec.with_bundle) {
+    files_.write(crio ? "crio/overlay-containers/" + c.id + "/userdata/config.json"
+                      : "run/containerd/io.containerd.runtime.v2.task/k8s.io/" + c.id + "/config.json",
+                 bundle_json(c));
+  }
   c.cgroup_dir = cgroups_.make(c.cgroup_rel);
   // Container creation as runc does it, then the NVIDIA hook's out-of-band grants.
   std::vector<std::string> hook_rules;
@@ -134,6 +141,11 @@ const SandboxContainer& SandboxNode::add_container(SandboxContainerSpec spec) {
       hook_rules.push_back("c " + std::to_string(kUvmMajor) + ":0 rw");
       hook_rules.push_back("c " + std::to_string(kUvmMajor) + ":1 rw");
     }
+  }
+  for (int gpu : c.spec.env_hook_gpus) hook_rules.push_back("c 195:" + std::to_string(gpu) + " rw");
+  if (!c.spec.env_hook_gpus.empty()) {
+    hook_rules.push_back("c 195:255 rw");
+    if (options_.create_uvm_nodes) hook_rules.push_back("c " + std::to_string(kUvmMajor) + ":0 rw");
   }
   if (options_.v2) {
     // The runtime's program as the hook leaves it: the spec plus the GPU nodes.
@@ -154,6 +166,7 @@ const SandboxContainer& SandboxNode::add_container(SandboxContainerSpec spec) {
 void SandboxNode::remove_container(const SandboxContainer& c) {
   cgroups_.remove(c.cgroup_rel);
   remove_tree(files_.path() + "/run/containerd/io.containerd.runtime.v2.task/k8s.io/" + c.id);
+  remove_tree(crio_state_dir() + "/" + c.id);
   std::string id = c.id;
   std::erase_if(containers_, [&](const SandboxContainer& x) { return x.id == id; });
 }
@@ -170,6 +183,32 @@ void SandboxNode::reapply_spec(const std::string& cgroup_rel) {
   for (const auto& rule : spec_allow_rules()) cgroups_.allow(cgroup_rel, rule);
 }
 
+namespace {
+
+// As the runtimes write them: the pod's annotations first, then the runtime's own keys.
+nlohmann::json runtime_annotations(const SandboxContainer& c) {
+  nlohmann::json a(c.spec.pod_annotations);
+  if (c.spec.runtime == RuntimeKind::kCrio) {
+    a["io.kubernetes.cri-o.ContainerType"] = "container";
+    a["io.kubernetes.cri-o.ContainerID"] = c.id;
+    a["io.kubernetes.cri-o.SandboxID"] = random_hex(64);
+    a["io.kubernetes.cri-o.Labels"] = nlohmann::json{{"io.kubernetes.container.name", c.spec.container_name},
+                                                     {"io.kubernetes.pod.name", c.spec.pod_name},
+                                                     {"io.kubernetes.pod.namespace", c.spec.pod_namespace},
+                                                     {"io.kubernetes.pod.uid", c.spec.pod_uid}}.dump();
+    return a;
+  }
+  a["io.kubernetes.cri.container-type"] = "container";
+  a["io.kubernetes.cri.container-name"] = c.spec.container_name;
+  a["io.kubernetes.cri.sandbox-id"] = random_hex(64);
+  a["io.kubernetes.cri.sandbox-name"] = c.spec.pod_name;
+  a["io.kubernetes.cri.sandbox-namespace"] = c.spec.pod_namespace;
+  a["io.kubernetes.cri.sandbox-uid"] = c.spec.pod_uid;
+  return a;
+}
+
+}  // namespace
+
 std::string SandboxNode::bundle_json(const SandboxContainer& c) const {
   using json = nlohmann::json;
   json devices = json::array();
@@ -180,16 +219,17 @@ std::string SandboxNode::bundle_json(const SandboxContainer& c) const {
     if (rule.minor != kAnyNumber) r["minor"] = rule.minor;
     devices.push_back(r);
   }
+  for (const auto& text : c.spec.spec_extra_allow) {
+    const DeviceRule rule = *parse_device_rule(text);
+    json r = {{"allow", true}, {"type", std::string(1, static_cast<char>(rule.type))}, {"access", format_access(rule.access)}};
+    if (rule.major != kAnyNumber) r["major"] = rule.major;
+    if (rule.minor != kAnyNumber) r["minor"] = rule.minor;
+    devices.push_back(r);
+  }
   json doc = {
       {"ociVersion", "1.0.2-dev"},
-      {"process", {{"args", {"/pause"}}, {"env", {"NVIDIA_VISIBLE_DEVICES=all"}}}},
-      {"annotations",
-       {{"io.kubernetes.cri.container-type", "container"},
-        {"io.kubernetes.cri.container-name", c.spec.container_name},
-        {"io.kubernetes.cri.sandbox-id", random_hex(64)},
-        {"io.kubernetes.cri.sandbox-name", c.spec.pod_name},
-        {"io.kubernetes.cri.sandbox-namespace", c.spec.pod_namespace},
-        {"io.kubernetes.cri.sandbox-uid", c.spec.pod_uid}}},
+      {"process", {{"args", {"/pause"}}, {"env", c.spec.env}}},
+      {"annotations", runtime_annotations(c)},
       {"linux",
        {{"cgroupsPath", "/" + c.cgroup_rel}, {"resources", {{"devices", devices}}}, {"devices", json::array()}}},
   };
@@ -209,7 +249,7 @@ void SandboxNode::allocate(const std::string& pod_uid, const std::string& contai
 void SandboxNode::write_checkpoint() {
   std::vector<CheckpointWriteEntry> entries;
   auto add = [&](const SandboxContainerSpec& spec) {
-    if (spec.device_ids.empty() && spec.device_specs.empty()) return;
+    if (spec.device_ids.empty() && spec.device_specs.empty() && spec.cdi_devices.empty()) return;
     CheckpointWriteEntry e;
     e.pod_uid = spec.pod_uid;
     e.container_name = spec.container_name;
@@ -219,6 +259,7 @@ void SandboxNode::write_checkpoint() {
     for (const auto& id : spec.device_ids) visible += (visible.empty() ? "" : ",") + id;
     e.alloc_resp.envs["NVIDIA_VISIBLE_DEVICES"] = visible;
     e.alloc_resp.devices = spec.device_specs;
+    e.alloc_resp.cdi_devices = spec.cdi_devices;
     entries.push_back(std::move(e));
   };
   for (const auto& c : containers_)
@@ -237,8 +278,8 @@ std::string SandboxNode::write_config(const std::string& extra, const std::strin
                      (options_.v2 ? "\n  version: v2" : "\n  version: v1") +
                      "\n  kubepods: " + kubepods_rel() + "\nkubelet:\n  checkpoint: " + checkpoint_path() + "\n  device_plugins_dir: " +
                      files_.path() + "/kubelet/device-plugins\n  pod_resources_socket: " + pod_resources_socket() +
-                     "\n" + kubelet_extra +
-                     "runtime:\n  state_dirs: [" + state_dir() + "]\ndevices:\n  dev_root: " + dev_root() +
+                     "\n" + kubelet_extra + "cdi:\n  spec_dirs: [" + cdi_etc_dir() + ", " + cdi_run_dir() + "]\n" +
+                     "runtime:\n  state_dirs: [" + state_dir() + ", " + crio_state_dir() + "]\ndevices:\n  dev_root: " + dev_root() +
                      "\n  proc_root: " + proc_root() + "\n  nvml_library: /nonexistent/libnvidia-ml.so.1\n" + extra;
   return files_.write("gpu-devwatch.yaml", yaml);
 }

@@ -34,6 +34,7 @@ struct SandboxContainerSpec {
   std::string resource = "nvidia.com/gpu";
   std::vector<std::string> device_ids;  // the allocation; empty: a container without GPUs
   std::vector<DeviceSpec> device_specs;
+  std::vector<std::string> cdi_devices;  // AllocResp cdi_devices (deviceListStrategy cdi-cri)
   bool with_bundle = true;
   // As the NVIDIA hook does out of band: allow the GPU and control nodes at creation.
   // false reproduces seed 001 (nvidia-uvm never granted) for everything but the GPU.
@@ -41,6 +42,18 @@ struct SandboxContainerSpec {
   bool hook_grants_uvm = true;
   std::string pod_uid;  // generated when empty; set to put a second container in a pod
   bool in_checkpoint = true;  // false: kubelet's checkpoint does not record it
+  // kCrio: a crio-<id> leaf and <crio_state_dir>/<id>/userdata/config.json with CRI-O's keys.
+  RuntimeKind runtime = RuntimeKind::kContainerd;
+  // The pod's own annotations: the runtime copies them into config.json, then writes its keys.
+  std::map<std::string, std::string> pod_annotations;
+  // process.env of the bundle (CUDA images set NVIDIA_VISIBLE_DEVICES=all).
+  std::vector<std::string> env = {"NVIDIA_VISIBLE_DEVICES=all"};
+  // A container without an allocation: the GPUs (indices) the NVIDIA hook granted at
+  // creation because its env named them, with the control nodes.
+  std::vector<int> env_hook_gpus;
+  // More linux.resources.devices allow rules in the bundle ("c 195:0 rw"): a spec that
+  // lists the devices itself (passDeviceSpecs, CDI).
+  std::vector<std::string> spec_extra_allow;
 };
 
 struct SandboxContainer {
@@ -86,6 +99,10 @@ class SandboxNode {
   std::string device_plugins_dir() const { return files_.path() + "/kubelet/device-plugins"; }
   std::string pod_resources_socket() const { return files_.path() + "/kubelet/pod-resources/kubelet.sock"; }
   std::string state_dir() const { return files_.path() + "/run/containerd/io.containerd.runtime.v2.task/k8s.io"; }
+  std::string crio_state_dir() const { return files_.path() + "/crio/overlay-containers"; }
+  // cdi.spec_dirs of write_config(), in order: /etc/cdi's and /var/run/cdi's stand-ins.
+  std::string cdi_etc_dir() const { return files_.path() + "/etc/cdi"; }
+  std::string cdi_run_dir() const { return files_.path() + "/run/cdi"; }
   std::string kubepods_rel() const;  // relative to the devices hierarchy root
   CgroupSandbox& cgroups() { return cgroups_; }
   const std::list<SandboxContainer>& containers() const { return containers_; }

@@ -56,7 +56,9 @@ std::vector<Row> rows(const MergedAllocations& merged) {
 MergedAllocations merge(const std::vector<AllocationEntry>* checkpoint,
                         const std::vector<PodResourcesContainer>* pod_resources, AllocationSource mode,
                         const LivePods& live = live_pods()) {
-  return merge_allocations({checkpoint, pod_resources, &live}, mode, kGlobs);
+  LivePodIndex index;
+  index.pods = live;
+  return merge_allocations({checkpoint, pod_resources, &index}, mode, kGlobs);
 }
 
 TEST(MergeAllocations, AutoKeepsTheCheckpointEntryWhenBothAgree) {

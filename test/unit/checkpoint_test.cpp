@@ -56,7 +56,7 @@ TEST(CheckpointChecksum, ReproducesTheReferenceTestVector) {
 }
 
 TEST(CheckpointChecksum, DetectsAnEditedFile) {
-  // The shared fixture with its DeviceIDs changed and its checksum left alone.
+  // one-pod.json with its DeviceIDs changed and its checksum left alone.
   Checkpoint cp = parse_ok(fixture("invalid-checksum.json"));
   EXPECT_EQ(cp.stored_checksum, 3117741812u);
   EXPECT_NE(cp.computed_checksum, cp.stored_checksum);
@@ -158,8 +158,8 @@ INSTANTIATE_TEST_SUITE_P(
                  kHead + "[]" + kReg + "map[a b:c]:[x\ny \"q\" " + std::string(1, '\0') + "]]}"}),
     [](const ::testing::TestParamInfo<SpewCase>& info) { return info.param.name; });
 
-TEST(CheckpointParse, SharedFixtureIsValidAndDecoded) {
-  Checkpoint cp = parse_ok(test::read_file(std::string(GDW_SHARED_FIXTURES) + "/checkpoint-one-pod.json"));
+TEST(CheckpointParse, KubeletWrittenFixtureIsValidAndDecoded) {
+  Checkpoint cp = parse_ok(fixture("one-pod.json"));
   EXPECT_TRUE(cp.checksum_valid);
   EXPECT_EQ(cp.computed_checksum, 3117741812u);
   EXPECT_FALSE(cp.legacy_device_ids);
@@ -419,14 +419,14 @@ TEST(CheckpointParse, LargestChecksumAndBootId) {
 }
 
 TEST(CheckpointWrite, ReproducesKubeletsFileByteForByte) {
-  std::string shared = test::read_file(std::string(GDW_SHARED_FIXTURES) + "/checkpoint-one-pod.json");
-  while (!shared.empty() && (shared.back() == '\n' || shared.back() == '\r')) shared.pop_back();
-  Checkpoint cp = parse_ok(shared);
+  std::string kubelets = fixture("one-pod.json");
+  while (!kubelets.empty() && (kubelets.back() == '\n' || kubelets.back() == '\r')) kubelets.pop_back();
+  Checkpoint cp = parse_ok(kubelets);
   ASSERT_EQ(cp.entries.size(), 1u);
   const AllocationEntry& e = cp.entries[0];
   CheckpointWriteEntry w{e.pod_uid, e.container_name, e.resource, {{0, e.device_ids}},
                          AllocResp{e.envs, e.device_specs, e.cdi_devices, e.annotations}};
-  EXPECT_EQ(write_checkpoint({w}, cp.registered_devices), shared);
+  EXPECT_EQ(write_checkpoint({w}, cp.registered_devices), kubelets);
 }
 
 TEST(CheckpointWrite, RoundTripsThroughTheParserWithAValidChecksum) {

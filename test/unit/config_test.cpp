@@ -15,13 +15,74 @@ TEST(Config, EmptyDocumentGivesDefaults) {
   EXPECT_EQ(c->cgroup.root, "/sys/fs/cgroup");
   EXPECT_EQ(c->cgroup.kubepods, "");
   EXPECT_EQ(c->kubelet.checkpoint, "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint");
-  EXPECT_EQ(c->devices.resources, (std::vector<std::string>{"nvidia.com/gpu", "nvidia.com/mig-*"}));
+  EXPECT_EQ(c->kubelet.device_plugins_dir, "/var/lib/kubelet/device-plugins");
+  EXPECT_EQ(c->kubelet.pod_resources_socket, "/var/lib/kubelet/pod-resources/kubelet.sock");
+  // Time-slicing's renamed resources (renameByDefault: true) are watched by default.
+  EXPECT_EQ(c->devices.resources, (std::vector<std::string>{"nvidia.com/gpu", "nvidia.com/mig-*",
+                                                            "nvidia.com/gpu.shared", "nvidia.com/mig-*.shared"}));
+  EXPECT_EQ(c->devices.dra_drivers, (std::vector<std::string>{"gpu.nvidia.com", "gpu.amd.com", "gpu.intel.com"}));
+  EXPECT_EQ(c->cdi.spec_dirs, (std::vector<std::string>{"/etc/cdi", "/var/run/cdi"}));
   EXPECT_EQ(c->devices.control,
             (std::vector<std::string>{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}));
   EXPECT_EQ(c->runtime.state_dirs.size(), 2u);
   EXPECT_EQ(c->daemon.resync_interval, Duration(60000));
   EXPECT_EQ(c->probe.syscall_hook, SyscallHookPolicy::kAuto);
   EXPECT_EQ(c->probe.syscall_hook_linger, Duration(30000));
+}
+
+TEST(Config, KubeletPathsFollowRootDir) {
+  auto c = parse_config("kubelet:\n  root_dir: /var/lib/k0s/kubelet/\n", "k0s.yaml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->kubelet.root_dir, "/var/lib/k0s/kubelet");
+  EXPECT_EQ(c->kubelet.checkpoint, "/var/lib/k0s/kubelet/device-plugins/kubelet_internal_checkpoint");
+  EXPECT_EQ(c->kubelet.device_plugins_dir, "/var/lib/k0s/kubelet/device-plugins");
+  EXPECT_EQ(c->kubelet.pod_resources_socket, "/var/lib/k0s/kubelet/pod-resources/kubelet.sock");
+}
+
+TEST(Config, ExplicitKubeletPathBeatsRootDir) {
+  auto c = parse_config("kubelet:\n  root_dir: /k\n  checkpoint: /elsewhere/ckpt\n", "mixed.yaml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->kubelet.checkpoint, "/elsewhere/ckpt");
+  EXPECT_EQ(c->kubelet.device_plugins_dir, "/k/device-plugins");
+  EXPECT_EQ(c->kubelet.pod_resources_socket, "/k/pod-resources/kubelet.sock");
+}
+
+TEST(Config, KubeletRootDirMustBeAbsolute) {
+  auto c = parse_config("kubelet:\n  root_dir: var/lib/kubelet\n", "bad.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("bad.yaml:2: kubelet.root_dir: must be an absolute path"), std::string::npos)
+      << c.error().message;
+}
+
+TEST(Config, KubernetesEventsKeys) {
+  auto d = parse_config("", "empty.yaml");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->kubernetes.api_server, "") << "in-cluster: KUBERNETES_SERVICE_HOST/_PORT";
+  EXPECT_EQ(d->kubernetes.token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token");
+  EXPECT_EQ(d->kubernetes.ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
+  EXPECT_EQ(d->events.enabled, EventsPolicy::kAuto);
+  EXPECT_EQ(d->events.pod_writes_per_minute, 4u);
+  auto c = parse_config("kubernetes:\n  api_server: https://10.0.0.1:6443/\n  token_file: /t\n  ca_file: /ca.crt\n"
+                        "events:\n  enabled: false\n  pod_writes_per_minute: 10\n",
+                        "k.yaml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->kubernetes.api_server, "https://10.0.0.1:6443");
+  EXPECT_EQ(c->kubernetes.token_file, "/t");
+  EXPECT_EQ(c->kubernetes.ca_file, "/ca.crt");
+  EXPECT_EQ(c->events.enabled, EventsPolicy::kOff);
+  EXPECT_EQ(c->events.pod_writes_per_minute, 10u);
+  EXPECT_EQ(parse_config("events:\n  enabled: true\n", "k.yaml")->events.enabled, EventsPolicy::kOn);
+  for (const auto& [yaml, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"kubernetes:\n  api_server: http://10.0.0.1:8080\n", "k.yaml:2: kubernetes.api_server: must be https://"},
+           {"kubernetes:\n  api_server: https://h/api?x\n", "kubernetes.api_server: must be https://"},
+           {"kubernetes:\n  token_file: token\n", "k.yaml:2: kubernetes.token_file: must be an absolute path"},
+           {"events:\n  enabled: sometimes\n", "events.enabled: must be one of auto | true | false"},
+           {"events:\n  pod_writes_per_minute: 0\n", "events.pod_writes_per_minute: must be between 1"},
+           {"events:\n  rate: 3\n", "unknown key 'events.rate'"}}) {
+    auto r = parse_config(yaml, "k.yaml");
+    ASSERT_FALSE(r.ok()) << yaml;
+    EXPECT_NE(r.error().message.find(expect), std::string::npos) << r.error().message;
+  }
 }
 
 TEST(Config, ReadsEveryKind) {
@@ -79,6 +140,8 @@ TEST(Config, ErrorsNameTheKeyAndTheLine) {
       {"cgroup:\n  root: relative/path\n", "bad.yaml:2: cgroup.root: must be an absolute path"},
       {"devices:\n  resources: nvidia.com/gpu\n", "bad.yaml:2: devices.resources: expected a list"},
       {"devices:\n  resources: []\n", "bad.yaml:2: devices.resources: must list at least one"},
+      {"cdi:\n  spec_dirs: [etc/cdi]\n", "bad.yaml:2: cdi.spec_dirs: 'etc/cdi' must be an absolute path"},
+      {"devices:\n  dra_drivers: gpu.nvidia.com\n", "bad.yaml:2: devices.dra_drivers: expected a list"},
       {"daemon:\n  resync_interval: 10\n", "bad.yaml:2: daemon.resync_interval: duration '10' needs a unit"},
       {"daemon:\n  resync_interval: 10ms\n", "bad.yaml:2: daemon.resync_interval: must be between 1s and"},
       {"metrics:\n  listen: 0.0.0.0:70000\n", "bad.yaml:2: metrics.listen: port must be 1-65535"},
@@ -88,6 +151,9 @@ TEST(Config, ErrorsNameTheKeyAndTheLine) {
       {"probe:\n  syscall_hook_linger: 2d\n", "bad.yaml:2: probe.syscall_hook_linger:"},
       {"repair:\n  burst: 0\n", "bad.yaml:2: repair.burst: must be between 1"},
       {"repair:\n  burst: -3\n", "bad.yaml:2: repair.burst: expected an integer"},
+      {"repair:\n  burst: 1000001\n", "bad.yaml:2: repair.burst: must be between 1"},
+      {"repair:\n  log_burst: 0\n", "bad.yaml:2: repair.log_burst: must be between 1"},
+      {"repair:\n  log_interval: 10ms\n", "bad.yaml:2: repair.log_interval: must be between 100ms and"},
       {"cgroup: /sys\n", "bad.yaml:1: cgroup: expected a mapping"},
       {"mode: enforce\nmode: observe\n", "bad.yaml:2: mode: duplicate key"},
       {"devices:\n  control: [/dev/nvidiactl]\n", "bad.yaml:2: devices.control: '/dev/nvidiactl' must be a node name"},
@@ -121,8 +187,14 @@ TEST(Config, ShippedFileIsValidAndDocumentsEveryKey) {
   auto defaults = parse_config("", "none");
   EXPECT_EQ(c->devices.resources, defaults->devices.resources);
   EXPECT_EQ(c->devices.control, defaults->devices.control);
+  EXPECT_EQ(c->devices.dra_drivers, defaults->devices.dra_drivers);
+  EXPECT_EQ(c->cdi.spec_dirs, defaults->cdi.spec_dirs);
   EXPECT_EQ(c->runtime.state_dirs, defaults->runtime.state_dirs);
   EXPECT_EQ(c->metrics.listen, defaults->metrics.listen);
+  EXPECT_EQ(c->repair.burst, defaults->repair.burst);
+  EXPECT_EQ(c->repair.max_per_minute, defaults->repair.max_per_minute);
+  EXPECT_EQ(c->repair.log_burst, defaults->repair.log_burst);
+  EXPECT_EQ(c->repair.log_interval, defaults->repair.log_interval);
 }
 
 TEST(Durations, ParseAndFormat) {

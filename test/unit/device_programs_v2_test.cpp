@@ -1,9 +1,11 @@
 // The pure half of the cgroup v2 backend: rule lists with runc's semantics (last match
-// wins, no match denies), runc's built-in devices, and which desired devices the attached
-// programs still deny.
+// wins, no match denies), which wanted devices the attached programs deny (by running
+// their code), and the repair plan: only denying programs are wrapped.
 #include "backend/device_programs_v2.h"
 
 #include <gtest/gtest.h>
+
+#include "core/config.h"
 
 namespace gdw {
 namespace {
@@ -19,18 +21,10 @@ const OciDeviceCgroupRule kDenyAll = deny(DeviceType::kAll, kAnyNumber, kAnyNumb
 constexpr DeviceNumber kGpu0{DeviceType::kChar, 195, 0};
 constexpr DeviceNumber kGpu1{DeviceType::kChar, 195, 1};
 constexpr DeviceNumber kNull{DeviceType::kChar, 1, 3};
-constexpr DeviceNumber kTun{DeviceType::kChar, 10, 200};
 constexpr DeviceNumber kSda{DeviceType::kBlock, 8, 0};
 
 WantedDevice want(DeviceNumber dev, std::uint8_t access = kAccessReadWrite, const std::string& name = "nvidia0") {
   return WantedDevice{dev, access, name, "GPU-test"};
-}
-
-// What containerd's CRI puts into linux.resources.devices for a GPU container whose
-// device plugin handed over /dev/nvidia0 and /dev/nvidiactl.
-std::vector<OciDeviceCgroupRule> gpu0_spec() {
-  return {kDenyAll, allow(DeviceType::kChar, 195, 0, kAccessReadWrite | kAccessMknod),
-          allow(DeviceType::kChar, 195, 255, kAccessReadWrite | kAccessMknod)};
 }
 
 TEST(OciRulesAllow, NoRulesOrNoMatchDenies) {
@@ -83,117 +77,102 @@ TEST(OciRulesAllow, RequestedAccessMustBeWithinTheRule) {
   EXPECT_FALSE(oci_rules_allow({rw, no_write}, kGpu0, kAccessWrite));
 }
 
-TEST(UnionRules, SpecRulesFirstInOrderThenOneAllowPerDesiredDevice) {
-  auto spec = gpu0_spec();
-  auto rules = union_rules(spec, {want(kGpu1), want({DeviceType::kChar, 237, 0}, kAccessRead, "nvidia-uvm")});
-  ASSERT_EQ(rules.size(), spec.size() + 2);
-  for (std::size_t i = 0; i < spec.size(); ++i) EXPECT_EQ(rules[i], spec[i]) << i;
-  EXPECT_EQ(rules[3], allow(DeviceType::kChar, 195, 1, kAccessReadWrite));
-  EXPECT_EQ(rules[4], allow(DeviceType::kChar, 237, 0, kAccessRead));
-}
-
-TEST(UnionRules, GrantsDesiredDevicesAndNothingTheSpecDeniesBeyondThem) {
-  auto rules = union_rules(gpu0_spec(), {want(kGpu1)});
-  EXPECT_TRUE(oci_rules_allow(rules, kGpu1, kAccessReadWrite));
-  EXPECT_FALSE(oci_rules_allow(rules, kGpu1, kAccessMknod)) << "desired access is rw, not m";
-  EXPECT_TRUE(oci_rules_allow(rules, kGpu0, kAccessReadWrite));
-  EXPECT_FALSE(oci_rules_allow(rules, kTun, kAccessRead));
-  EXPECT_FALSE(oci_rules_allow(rules, {DeviceType::kChar, 195, 2}, kAccessRead));
-}
-
-TEST(UnionRules, DesiredDeviceOverridesASpecDenyBecauseItComesLast) {
-  auto rules = union_rules({kDenyAll, deny(DeviceType::kChar, 195, kAnyNumber, kAccessAll)}, {want(kGpu0)});
-  EXPECT_TRUE(oci_rules_allow(rules, kGpu0, kAccessReadWrite));
-  EXPECT_FALSE(oci_rules_allow(rules, kGpu1, kAccessRead));
-}
-
-TEST(RuncEnforcedRules, AppendsRuncBuiltinsAfterTheSpec) {
-  auto rules = runc_enforced_rules(gpu0_spec(), {}, RuncBuiltins::kRunc1_2);
-  ASSERT_EQ(rules.size(), 3u + 10u);
-  EXPECT_EQ(rules[0], kDenyAll);
-  EXPECT_TRUE(oci_rules_allow(rules, kNull, kAccessReadWrite));
-  EXPECT_TRUE(oci_rules_allow(rules, {DeviceType::kChar, 1, 9}, kAccessRead));        // urandom
-  EXPECT_TRUE(oci_rules_allow(rules, {DeviceType::kChar, 136, 42}, kAccessReadWrite));  // pts
-  EXPECT_TRUE(oci_rules_allow(rules, {DeviceType::kChar, 5, 2}, kAccessReadWrite));     // ptmx
-  EXPECT_TRUE(oci_rules_allow(rules, kTun, kAccessMknod)) << "runc allows mknod of any char device";
-  EXPECT_TRUE(oci_rules_allow(rules, kSda, kAccessMknod));
-  EXPECT_FALSE(oci_rules_allow(rules, kTun, kAccessRead)) << "runc 1.2 dropped tun from its built-ins";
-  EXPECT_FALSE(oci_rules_allow(rules, kSda, kAccessRead));
-  EXPECT_FALSE(oci_rules_allow(rules, kGpu1, kAccessRead));
-}
-
-TEST(RuncEnforcedRules, RuncUpTo1_1AlsoAllowsTunTap) {
-  auto rules = runc_enforced_rules(gpu0_spec(), {}, RuncBuiltins::kRunc1_1);
-  EXPECT_EQ(rules.size(), 3u + 11u);
-  EXPECT_TRUE(oci_rules_allow(rules, kTun, kAccessReadWrite));
-  EXPECT_FALSE(oci_rules_allow(rules, kGpu1, kAccessRead));
-}
-
-TEST(RuncEnforcedRules, BuiltinsOverrideASpecDenyAsInRunc) {
-  auto rules = runc_enforced_rules({kDenyAll, deny(DeviceType::kChar, 1, 3, kAccessAll)}, {}, RuncBuiltins::kRunc1_2);
-  EXPECT_TRUE(oci_rules_allow(rules, kNull, kAccessReadWrite));
-}
-
-TEST(RuncEnforcedRules, ABuiltinWhosePathTheSpecCreatesIsLeftToTheSpec) {
-  std::vector<OciLinuxDevice> nodes{{"/dev/null", 'c', 1, 3}, {"/dev/nvidia0", 'c', 195, 0}};
-  auto rules = runc_enforced_rules({kDenyAll}, nodes, RuncBuiltins::kRunc1_2);
-  EXPECT_EQ(rules.size(), 1u + 9u);
-  EXPECT_FALSE(oci_rules_allow(rules, kNull, kAccessRead));
-  EXPECT_TRUE(oci_rules_allow(rules, {DeviceType::kChar, 1, 5}, kAccessRead)) << "/dev/zero stays";
-}
-
-AttachedDeviceProgram program(ProgramOwner owner, std::uint32_t id,
-                              std::optional<std::vector<OciDeviceCgroupRule>> rules = std::nullopt) {
+AttachedDeviceProgram program(ProgramOwner owner, std::uint32_t id, const std::vector<OciDeviceCgroupRule>& rules) {
   AttachedDeviceProgram p;
   p.id = id;
   p.owner = owner;
   p.name = owner == ProgramOwner::kOurs ? kOurProgramName : owner == ProgramOwner::kSystemd ? "sd_devices" : "";
-  p.rules = std::move(rules);
+  p.code = compile_device_rules(rules);
+  p.inner = p.code;
   return p;
 }
 
-TEST(DeniedByPrograms, NoProgramDeniesNothing) {
-  EXPECT_TRUE(denied_by_programs({}, gpu0_spec(), {want(kGpu1)}).empty());
+TEST(DeniedByPrograms, NoProgramDeniesNothing) { EXPECT_TRUE(denied_by_programs({}, {want(kGpu1)}).empty()); }
+
+TEST(DeniedByPrograms, EachProgramIsJudgedByItsOwnCodeAndResultsAreAnded) {
+  auto runtime = program(ProgramOwner::kRuntime, 7, {kDenyAll, allow(DeviceType::kChar, 195, kAnyNumber, kAccessAll)});
+  auto agent = program(ProgramOwner::kRuntime, 8, {allow(DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll),
+                                                    deny(DeviceType::kChar, 195, 1, kAccessAll)});
+  EXPECT_TRUE(denied_by_programs({runtime}, {want(kGpu0), want(kGpu1)}).empty());
+  EXPECT_EQ(denied_by_programs({runtime, agent}, {want(kGpu0), want(kGpu1)}), std::vector<WantedDevice>{want(kGpu1)});
 }
 
-TEST(DeniedByPrograms, RuntimeProgramEnforcesTheSpec) {
-  auto denied = denied_by_programs({program(ProgramOwner::kRuntime, 7)}, gpu0_spec(), {want(kGpu0), want(kGpu1)});
-  ASSERT_EQ(denied.size(), 1u);
-  EXPECT_EQ(denied[0].dev, kGpu1);
-}
-
-TEST(DeniedByPrograms, OursAloneAllowsWhatItWasBuiltFor) {
-  auto spec = gpu0_spec();
-  std::vector<WantedDevice> desired{want(kGpu1)};
-  EXPECT_TRUE(denied_by_programs({program(ProgramOwner::kOurs, 9, union_rules(spec, desired))}, spec, desired).empty());
-}
-
-TEST(DeniedByPrograms, OursBuiltForAnotherDesiredSetMissesTheNewDevice) {
-  auto spec = gpu0_spec();
-  const auto gpu2 = want({DeviceType::kChar, 195, 2}, kAccessReadWrite, "nvidia2");
-  auto ours = program(ProgramOwner::kOurs, 9, union_rules(spec, {want(kGpu1)}));
-  auto denied = denied_by_programs({ours}, spec, {want(kGpu1), gpu2});
-  ASSERT_EQ(denied.size(), 1u);
-  EXPECT_EQ(denied[0], gpu2);
-}
-
-TEST(DeniedByPrograms, ResultsAreAndedSoASystemdProgramBesideOursStillDenies) {
-  auto spec = gpu0_spec();
-  std::vector<WantedDevice> desired{want(kGpu1)};
-  auto ours = program(ProgramOwner::kOurs, 9, union_rules(spec, desired));
-  auto denied = denied_by_programs({ours, program(ProgramOwner::kSystemd, 10)}, spec, desired);
-  EXPECT_EQ(denied, desired);
-}
-
-TEST(DeniedByPrograms, OursWithUnreadableRulesIsTakenToEnforceTheSpec) {
-  auto denied = denied_by_programs({program(ProgramOwner::kOurs, 9)}, gpu0_spec(), {want(kGpu1)});
-  EXPECT_EQ(denied.size(), 1u);
+TEST(DeniedByPrograms, AProgramWithoutReadableCodeDenies) {
+  AttachedDeviceProgram unreadable;
+  unreadable.id = 3;
+  EXPECT_EQ(denied_by_programs({unreadable}, {want(kGpu0)}).size(), 1u);
 }
 
 TEST(DeniedByPrograms, AccessMattersNotJustTheNumber) {
-  auto spec = std::vector<OciDeviceCgroupRule>{kDenyAll, allow(DeviceType::kChar, 195, 1, kAccessRead)};
-  EXPECT_TRUE(denied_by_programs({program(ProgramOwner::kRuntime, 1)}, spec, {want(kGpu1, kAccessRead)}).empty());
-  EXPECT_EQ(denied_by_programs({program(ProgramOwner::kRuntime, 1)}, spec, {want(kGpu1, kAccessReadWrite)}).size(), 1u);
+  auto p = program(ProgramOwner::kRuntime, 1, {kDenyAll, allow(DeviceType::kChar, 195, 1, kAccessRead)});
+  EXPECT_TRUE(denied_by_programs({p}, {want(kGpu1, kAccessRead)}).empty());
+  EXPECT_EQ(denied_by_programs({p}, {want(kGpu1, kAccessReadWrite)}).size(), 1u);
+}
+
+TEST(PlanV2Repair, NothingIsReplacedWhileNoProgramDeniesAWantedDevice) {
+  auto p = program(ProgramOwner::kRuntime, 7, {kDenyAll, allow(DeviceType::kChar, 195, 0, kAccessReadWrite)});
+  auto plan = plan_v2_repair({p, p}, {want(kGpu0)});
+  EXPECT_TRUE(plan.replace.empty());
+  EXPECT_TRUE(plan.leave.empty());
+}
+
+TEST(PlanV2Repair, OnlyDenyingProgramsAreWrappedAndTheWrapperKeepsTheirOtherVerdicts) {
+  const std::vector<OciDeviceCgroupRule> narrow{kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll)};
+  auto runtime = program(ProgramOwner::kRuntime, 7, narrow);
+  auto allows_gpu = program(ProgramOwner::kSystemd, 8, {kDenyAll, allow(DeviceType::kChar, 195, 0, kAccessAll)});
+  auto plan = plan_v2_repair({runtime, allows_gpu}, {want(kGpu0)});
+  ASSERT_EQ(plan.replace.size(), 1u);
+  EXPECT_EQ(plan.replace[0].old.id, 7u);
+  const BpfCode& code = plan.replace[0].code;
+  EXPECT_EQ(program_allows(code, kGpu0, kAccessReadWrite), Verdict::kAllow);
+  EXPECT_EQ(run_device_program(code, kGpu0, kAccessMknod), Verdict::kDeny) << "wanted rw, not m; the runtime denies m";
+  EXPECT_EQ(run_device_program(code, kNull, kAccessReadWrite), Verdict::kAllow);
+  EXPECT_EQ(run_device_program(code, {DeviceType::kChar, 1, 9}, kAccessRead), Verdict::kDeny) << "stays narrow";
+  EXPECT_EQ(run_device_program(code, kGpu1, kAccessRead), Verdict::kDeny);
+}
+
+TEST(PlanV2Repair, ARewrapWrapsTheOriginalWithTheNewWantedSet) {
+  const std::vector<OciDeviceCgroupRule> spec{kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll)};
+  auto original = program(ProgramOwner::kRuntime, 7, spec);
+  auto first = plan_v2_repair({original}, {want(kGpu0)});
+  ASSERT_EQ(first.replace.size(), 1u);
+  AttachedDeviceProgram wrapper;
+  wrapper.id = 9;
+  wrapper.owner = ProgramOwner::kOurs;
+  wrapper.code = first.replace[0].code;
+  auto unwrapped = unwrap_device_program(wrapper.code);
+  ASSERT_TRUE(unwrapped);
+  wrapper.wrapper = true;
+  wrapper.inner = unwrapped->inner;
+  auto second = plan_v2_repair({wrapper}, {want(kGpu1)});
+  ASSERT_EQ(second.replace.size(), 1u);
+  auto again = unwrap_device_program(second.replace[0].code);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->inner.size(), original.code.size()) << "the original, not the first wrapper";
+  EXPECT_FALSE(unwrap_device_program(again->inner)) << "depth 1";
+  EXPECT_EQ(run_device_program(second.replace[0].code, kGpu0, kAccessRead), Verdict::kDeny) << "no longer wanted";
+  EXPECT_EQ(run_device_program(second.replace[0].code, kGpu1, kAccessRead), Verdict::kAllow);
+}
+
+TEST(PlanV2Repair, LinkAttachedAndUnwrappableProgramsAreLeftWithTheReason) {
+  auto linked = program(ProgramOwner::kRuntime, 7, {kDenyAll});
+  linked.link = true;
+  auto opaque = program(ProgramOwner::kRuntime, 8, {kDenyAll});
+  opaque.inner.clear();
+  opaque.unwrappable = "it calls helpers or subprograms (instruction 4)";
+  auto plan = plan_v2_repair({linked, opaque}, {want(kGpu0)});
+  EXPECT_TRUE(plan.replace.empty());
+  ASSERT_EQ(plan.leave.size(), 2u);
+  EXPECT_NE(plan.leave[0].reason.find("bpf_link"), std::string::npos);
+  EXPECT_NE(plan.leave[1].reason.find("calls helpers"), std::string::npos);
+}
+
+// The guessed built-in list is gone from repairs; a config still setting it is told why.
+TEST(RemovedBuiltinDevicesKey, IsRefusedWithTheReason) {
+  auto c = parse_config("runtime:\n  builtin_devices: runc-1.2\n", "test.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("runtime.builtin_devices: was removed"), std::string::npos) << c.error().message;
+  EXPECT_NE(c.error().message.find("test.yaml:2"), std::string::npos) << c.error().message;
 }
 
 TEST(ProgramOwner, NamesForLogs) {

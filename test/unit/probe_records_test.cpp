@@ -141,7 +141,6 @@ TEST(ProbeRecords, DeniedOpen) {
   EXPECT_EQ(event.major, 195u);
   EXPECT_EQ(event.minor, 7u);
   EXPECT_EQ(event.flags, O_RDWR);
-  EXPECT_FALSE(needs_device_lookup(event));
 }
 
 TEST(ProbeRecords, DeviceProgramCommands) {
@@ -204,19 +203,6 @@ TEST(ProbeRecords, ShortAndUnknownRecordsAreErrors) {
   auto unknown = decode_probe_record(bytes_of(header));
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().message.find("99"), std::string::npos);
-}
-
-TEST(ProbeRecords, OpenerViewPath) {
-  DeniedOpenEvent event;
-  event.opener.pid = 321;
-  event.path = "/dev/nvidia0";
-  event.dfd = AT_FDCWD;
-  EXPECT_EQ(opener_view_path(event), "/proc/321/root/dev/nvidia0");
-  event.path = "nvidia0";
-  EXPECT_EQ(opener_view_path(event), "/proc/321/cwd/nvidia0");
-  event.dfd = 5;
-  EXPECT_EQ(opener_view_path(event), "/proc/321/fd/5/nvidia0");
-  EXPECT_TRUE(needs_device_lookup(event));
 }
 
 }  // namespace

@@ -112,9 +112,10 @@ TEST(OciConfig, ContainerdAnnotationsAndDeviceRules) {
 TEST(OciConfig, CrioAnnotationsAndUidFallback) {
   auto crio = parse_oci_config(R"({"annotations": {
       "io.kubernetes.cri-o.ContainerType": "sandbox",
-      "io.kubernetes.pod.name": "p", "io.kubernetes.pod.namespace": "ns",
-      "io.kubernetes.pod.uid": "u-1", "io.kubernetes.container.name": "POD"}})");
+      "io.kubernetes.cri-o.Labels": "{\"io.kubernetes.pod.name\":\"p\",\"io.kubernetes.pod.namespace\":\"ns\",\"io.kubernetes.pod.uid\":\"u-1\"}"}})",
+                               RuntimeKind::kCrio);
   ASSERT_TRUE(crio.ok());
+  EXPECT_EQ(crio->runtime, RuntimeKind::kCrio);
   EXPECT_EQ(crio->type, ContainerType::kSandbox);
   EXPECT_EQ(crio->pod_uid, "u-1");
 

@@ -1,0 +1,471 @@
+// gpu-devwatch against a careful hand-written Python inotify fixer (bench/python_fixer.py),
+// side by side in one run, on a sandbox node on the real kernel (cgroup v1): real test
+// cgroups under a unique parent, a sleeping process in each, mknod'ed GPU nodes.
+//
+// The daemon runs with the default config: only what a sandbox node needs is set (its paths,
+// and metrics on a free loopback port). Repairers alternate: each round starts one, measures,
+// stops it, then the other (the order flips every round). Per repairer:
+//   reaction  single re-applies (old runc: `a` to devices.deny, then the spec's allows, no GPU)
+//             of a random GPU container: last write -> its devices covered again; window:
+//             first (revoking) write -> covered;
+//   storm     every GPU container re-applied back to back: all-whole (storm start -> the last
+//             container whole), writer (the writer's own time), tail (all-whole - writer), and
+//             the repairer's CPU per storm (utime+stime, /proc/<pid>/stat);
+//   fight     one container re-applied --fight-hz times a second for --fight-seconds (last
+//             round): reaction p50/p99/max, and whether the daemon's fight-loop guard engaged;
+//   RSS       VmRSS (/proc/<pid>/status) idle and after the storms.
+//
+// "Covered" is observed without polling devices.list: the bench watches every GPU container's
+// devices.allow/deny with inotify and stamps each batch of events when it reads it. A container
+// is whole from its last write on (checked with devices.list once the node is quiet), so its
+// whole time is the stamp of the batch holding its last event. The floor of that method (the
+// container already whole at the last write, no repairer running) is printed too.
+//
+//   build/bench/storm [--containers 500] [--gpu-containers 128] [--gpus 8] [--rounds 3]
+//                     [--singles 300] [--storms 20] [--fight-hz 200] [--fight-seconds 5]
+//                     [--storm-gap-ms 0] [--daemon-extra YAML] [--python-fixer PATH]
+//                     [--daemon-binary PATH (default: this build's gpu-devwatch)]     (as root)
+#include <fcntl.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "storm_observe.h"
+#include "support/metrics_text.h"
+#include "support/process.h"
+
+using namespace gdw::test;
+using namespace gdw::bench;
+
+namespace {
+
+volatile sig_atomic_t g_interrupted = 0;
+void check_interrupted() {
+  if (g_interrupted) throw std::runtime_error("interrupted");
+}
+
+double us_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+struct Options {
+  int containers = 500, gpu_containers = 128, gpus = 8, rounds = 3, singles = 300, storms = 20;
+  int fight_hz = 200, fight_seconds = 5, storm_gap_ms = 0;
+  std::string daemon_extra;
+  std::string daemon_binary = GDW_BINARY;
+  std::string python_fixer = GDW_SOURCE_DIR "/bench/python_fixer.py";
+};
+
+// ---- the repairer processes -------------------------------------------------------------
+
+double cpu_ms(pid_t pid) {  // utime + stime of the whole process
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(s.substr(s.rfind(')') + 2));
+  std::string f;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::stoull(f);
+    if (i == 15) stime = std::stoull(f);
+  }
+  return 1000.0 * static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// The same total with nanosecond resolution: the process's CPU-time clock.
+double cpu_clock_ms(pid_t pid) {
+  clockid_t id;
+  timespec ts{};
+  if (::clock_getcpuclockid(pid, &id) != 0 || ::clock_gettime(id, &ts) != 0) return -1;
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+double rss_mib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return -1;
+}
+
+class Repairer {
+ public:
+  virtual ~Repairer() = default;
+  virtual const char* name() const = 0;
+  virtual bool start() = 0;
+  virtual void stop() { process_.reset(); }  // SIGKILL by PID
+  pid_t pid() const { return process_->pid(); }
+  std::string output() const { return process_ ? process_->output() : ""; }
+  // How many repairs the fight-loop guard held back so far; -1: this repairer has none.
+  virtual double throttled() const { return -1; }
+
+ protected:
+  std::unique_ptr<BackgroundProcess> process_;
+};
+
+class Daemon : public Repairer {
+ public:
+  Daemon(SandboxNode& node, std::string binary, std::string extra)
+      : node_(node), binary_(std::move(binary)), extra_(std::move(extra)) {}
+  const char* name() const override { return "gpu-devwatch"; }
+  bool start() override {
+    port_ = free_port();
+    const std::string config = node_.write_config("metrics:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n" + extra_);
+    process_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{binary_, "run", "--config", config});
+    return process_->wait_for_output(" ready", 30s) && eventually([&] { return !http_get(port_).empty(); }, 10s);
+  }
+  void stop() override {
+    if (process_ && process_->running()) {
+      process_->signal(SIGTERM);
+      process_->wait(10s);
+    }
+    process_.reset();
+  }
+  double throttled() const override {
+    return metric_value(http_get(port_), "gpu_devwatch_repairs_throttled_total").value_or(0);
+  }
+
+ private:
+  SandboxNode& node_;
+  std::string binary_, extra_;
+  int port_ = 0;
+};
+
+class PythonFixer : public Repairer {
+ public:
+  PythonFixer(std::string script, std::string targets) : script_(std::move(script)), targets_(std::move(targets)) {}
+  const char* name() const override { return "python fixer"; }
+  bool start() override {
+    process_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{"python3", script_, targets_});
+    return process_->wait_for_output(" ready", 30s);
+  }
+
+ private:
+  std::string script_, targets_;
+};
+
+// ---- the measurements -------------------------------------------------------------------
+
+struct Figures {
+  std::vector<double> reaction_us, window_us;                         // singles
+  std::vector<double> all_whole_us, writer_us, tail_us, storm_cpu_ms, storm_cpu_clock_ms;  // per storm
+  std::vector<double> fight_us;
+  int fight_reapplies = 0, fight_late = 0;  // late: not covered before the next re-apply
+  double guard = -1;                        // repairs the guard held back in the fight
+  double guard_before_fight = -1;           // ... in the singles and storms
+  int guarded_storms = 0;                   // storms in which the guard held a repair back
+  bool guard_logged = false;
+  double rss_idle = 0, rss_storm = 0, idle_cpu_ms_per_s = 0;
+  int failures = 0, overflows = 0;
+};
+
+class Bench {
+ public:
+  Bench(SandboxNode& node, std::vector<Target>& targets) : node_(node), targets_(targets), watch_(targets) {}
+
+  // Waits until container i is covered and quiet; returns the stamp of its last write's batch.
+  std::optional<Clock::time_point> settle_one(int i, Clock::time_point last, std::chrono::seconds limit = 5s) {
+    const auto deadline = Clock::now() + limit;
+    for (;;) {
+      check_interrupted();
+      auto b = watch_.read(std::chrono::microseconds(0));
+      if (b.has(i)) last = b.at;
+      if (covered(targets_[i])) {
+        auto trailing = watch_.read(std::chrono::microseconds(1000));
+        if (!trailing.has(i)) return last;
+        last = trailing.at;
+        continue;
+      }
+      if (Clock::now() > deadline) return std::nullopt;
+      auto w = watch_.read(std::chrono::microseconds(100'000));
+      if (w.has(i)) last = w.at;
+    }
+  }
+
+  void single(int i, Figures& f, const std::function<void()>& also_write = {}) {
+    watch_.drain();
+    const auto t0 = Clock::now();
+    node_.reapply_spec(*targets_[i].container);
+    if (also_write) also_write();
+    const auto t1 = Clock::now();
+    auto whole = settle_one(i, t1);
+    if (!whole) {
+      ++f.failures;
+      return;
+    }
+    f.reaction_us.push_back(us_between(t1, *whole));
+    f.window_us.push_back(us_between(t0, *whole));
+  }
+
+  void storm(Figures& f, pid_t pid) {
+    watch_.drain();
+    const double cpu0 = cpu_ms(pid), clock0 = cpu_clock_ms(pid);
+    const auto t0 = Clock::now();
+    for (const auto& t : targets_) node_.reapply_spec(*t.container);
+    const auto tw = Clock::now();
+    std::vector<Clock::time_point> last(targets_.size(), tw);
+    const auto deadline = tw + 10s;
+    bool first = true, overflow = false;
+    for (;;) {
+      check_interrupted();
+      auto b = watch_.read(first ? std::chrono::microseconds(0) : std::chrono::microseconds(20'000));
+      first = false;
+      overflow |= b.overflow;
+      for (int i : b.targets) last[static_cast<std::size_t>(i)] = b.at;
+      if (!b.targets.empty()) continue;
+      if (std::all_of(targets_.begin(), targets_.end(), covered)) break;
+      if (Clock::now() > deadline) {
+        ++f.failures;
+        return;
+      }
+    }
+    f.storm_cpu_ms.push_back(cpu_ms(pid) - cpu0);
+    f.storm_cpu_clock_ms.push_back(cpu_clock_ms(pid) - clock0);
+    if (overflow) {
+      ++f.overflows;  // event order lost: the whole times are not known
+      return;
+    }
+    const double all_whole = us_between(t0, *std::max_element(last.begin(), last.end()));
+    f.all_whole_us.push_back(all_whole);
+    f.writer_us.push_back(us_between(t0, tw));
+    f.tail_us.push_back(all_whole - us_between(t0, tw));
+  }
+
+  // One container re-applied `hz` times a second; a re-apply's reaction ends when the
+  // container is next seen whole (later re-applies may come first).
+  void fight(int i, int hz, int seconds, Figures& f) {
+    const auto period = std::chrono::microseconds(1'000'000 / hz);
+    std::vector<Clock::time_point> pending;  // last-write times not yet covered
+    auto observe = [&](const Watch::Batch& b) {
+      if (!b.has(i) || pending.empty() || !covered(targets_[i])) return;
+      for (auto t : pending) f.fight_us.push_back(std::max(0.0, us_between(t, b.at)));
+      pending.clear();
+    };
+    watch_.drain();
+    const auto start = Clock::now(), end = start + std::chrono::seconds(seconds);
+    auto next = start;
+    while (Clock::now() < end) {
+      check_interrupted();
+      for (auto now = Clock::now(); now < next; now = Clock::now())
+        observe(watch_.read(std::chrono::duration_cast<std::chrono::microseconds>(next - now)));
+      if (!pending.empty()) ++f.fight_late;
+      node_.reapply_spec(*targets_[i].container);
+      pending.push_back(Clock::now());
+      ++f.fight_reapplies;
+      observe(watch_.read(std::chrono::microseconds(0)));
+      next = std::max(next + period, Clock::now() - period);  // a late writer does not burst
+    }
+    auto whole = pending.empty() ? Clock::now() : settle_one(i, pending.back(), 120s);
+    for (auto t : pending) f.fight_us.push_back(whole ? us_between(t, *whole) : 120e6);
+  }
+
+  // The method's floor: the container is whole at the last write (the bench's re-apply ends
+  // with the wanted rules), so all that is measured is the observation.
+  void floor(int i, Figures& f) {
+    single(i, f, [&] {
+      for (const auto& rule : targets_[i].wanted) node_.cgroups().allow(targets_[i].container->cgroup_rel, rule);
+    });
+  }
+
+ private:
+  SandboxNode& node_;
+  std::vector<Target>& targets_;
+  Watch watch_;
+};
+
+void run_session(Bench& bench, Repairer& r, const Options& o, int round, int n_targets, bool fight, Figures& f) {
+  if (!r.start()) throw std::runtime_error(std::string(r.name()) + " did not start:\n" + r.output());
+  const pid_t pid = r.pid();
+  std::this_thread::sleep_for(1s);
+  const double idle0 = cpu_clock_ms(pid);
+  std::this_thread::sleep_for(2s);
+  f.idle_cpu_ms_per_s = std::max(f.idle_cpu_ms_per_s, (cpu_clock_ms(pid) - idle0) / 2);
+  f.rss_idle = std::max(f.rss_idle, rss_mib(pid));
+  if (round == 0) {
+    std::istringstream log(r.output());
+    for (std::string line; std::getline(log, line);)
+      if (line.find("probe") != std::string::npos) std::printf("  %s log: %s\n", r.name(), line.c_str());
+  }
+  std::mt19937 rng(1000 + static_cast<unsigned>(round));  // both repairers get the same sequence
+  const double guard0 = r.throttled();
+  for (int k = 0; k < o.singles; ++k) bench.single(static_cast<int>(rng() % static_cast<unsigned>(n_targets)), f);
+  for (int k = 0; k < o.storms; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(o.storm_gap_ms));
+    const double before = r.throttled();  // scraped outside the storm's CPU window
+    bench.storm(f, pid);
+    if (before >= 0 && r.throttled() > before) ++f.guarded_storms;
+  }
+  if (guard0 >= 0) f.guard_before_fight = std::max(0.0, f.guard_before_fight) + r.throttled() - guard0;
+  f.rss_storm = std::max(f.rss_storm, rss_mib(pid));
+  if (fight) {
+    const double before = r.throttled();
+    bench.fight(0, o.fight_hz, o.fight_seconds, f);
+    if (before >= 0) f.guard = r.throttled() - before;
+    f.guard_logged = r.output().find("rate-limited") != std::string::npos;
+  }
+  r.stop();
+}
+
+// ---- output -----------------------------------------------------------------------------
+
+double pct(std::vector<double> v, double q) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? -1 : s / static_cast<double>(v.size());
+}
+
+void row(const char* what, double daemon, double python, const char* unit, int decimals = 1) {
+  std::printf("%-44s %12.*f %12.*f %-4s %8.2f\n", what, decimals, daemon, decimals, python, unit,
+              daemon > 0 ? python / daemon : 0.0);
+}
+
+void print(const Figures& d, const Figures& p, const Figures& floor) {
+  std::printf("\n%-44s %12s %12s %-4s %8s\n", "figure", "gpu-devwatch", "python", "", "py/gdw");
+  row("reaction p50 (last write -> covered)", pct(d.reaction_us, .5), pct(p.reaction_us, .5), "µs");
+  row("reaction p99", pct(d.reaction_us, .99), pct(p.reaction_us, .99), "µs");
+  row("window p50 (first write -> covered)", pct(d.window_us, .5), pct(p.window_us, .5), "µs");
+  row("window p99", pct(d.window_us, .99), pct(p.window_us, .99), "µs");
+  row("storm all-whole p50", pct(d.all_whole_us, .5), pct(p.all_whole_us, .5), "µs");
+  row("storm writer time p50", pct(d.writer_us, .5), pct(p.writer_us, .5), "µs");
+  row("storm tail p50 (all-whole - writer)", pct(d.tail_us, .5), pct(p.tail_us, .5), "µs");
+  row("storm tail p99", pct(d.tail_us, .99), pct(p.tail_us, .99), "µs");
+  row("repairer CPU per storm (utime+stime)", mean(d.storm_cpu_ms), mean(p.storm_cpu_ms), "ms", 2);
+  row("  same, CPU-time clock (ns resolution)", mean(d.storm_cpu_clock_ms), mean(p.storm_cpu_clock_ms), "ms", 2);
+  row("fight reaction p50", pct(d.fight_us, .5), pct(p.fight_us, .5), "µs");
+  row("fight reaction p99", pct(d.fight_us, .99), pct(p.fight_us, .99), "µs");
+  row("fight reaction max", pct(d.fight_us, 1), pct(p.fight_us, 1), "µs");
+  row("fight re-applies", d.fight_reapplies, p.fight_reapplies, "", 0);
+  row("fight re-applies not covered before the next", d.fight_late, p.fight_late, "", 0);
+  row("RSS idle (VmRSS)", d.rss_idle, p.rss_idle, "MiB");
+  row("RSS after storms", d.rss_storm, p.rss_storm, "MiB");
+  row("idle CPU (max over rounds)", d.idle_cpu_ms_per_s, p.idle_cpu_ms_per_s, "ms/s", 2);
+  std::printf("gpu-devwatch guard before the fight: %.0f repairs held back; %d of %zu storms delayed by it\n",
+              d.guard_before_fight, d.guarded_storms, d.storm_cpu_ms.size());
+  std::printf("fight-loop guard engaged: %s (gpu_devwatch_repairs_throttled_total +%.0f, \"rate-limited\" %slogged)\n",
+              d.guard > 0 || d.guard_logged ? "YES" : "no", d.guard, d.guard_logged ? "" : "not ");
+  std::printf("samples: %zu singles, %zu storms per repairer; failures gdw %d python %d; overflowed storms gdw %d python %d\n",
+              d.reaction_us.size(), d.storm_cpu_ms.size(), d.failures, p.failures, d.overflows, p.overflows);
+  std::printf("bench floor (whole at the last write, no repairer): reaction p50 %.1f µs p99 %.1f µs\n",
+              pct(floor.reaction_us, .5), pct(floor.reaction_us, .99));
+}
+
+int int_flag(const std::string& v) { return std::stoi(v); }
+
+// The node: the first --gpu-containers containers hold one GPU each (round robin).
+std::vector<Target> populate(SandboxNode& node, const Options& o) {
+  std::vector<Target> targets;
+  for (int i = 0; i < o.containers; ++i) {
+    check_interrupted();
+    const bool gpu = i < o.gpu_containers;
+    const auto& c = node.add_container({.pod_namespace = "bench", .pod_name = "p" + std::to_string(i),
+                                        .container_name = "c",
+                                        .device_ids = gpu ? std::vector<std::string>{node.gpu_uuid(i % o.gpus)}
+                                                          : std::vector<std::string>{}});
+    if (!gpu) continue;
+    Target t{&c, wanted_rules(static_cast<std::uint32_t>(i % o.gpus)), -1};
+    t.list_fd = ::open((c.cgroup_dir + "/devices.list").c_str(), O_RDONLY | O_CLOEXEC);
+    if (t.list_fd < 0) throw std::runtime_error("cannot open " + c.cgroup_dir + "/devices.list");
+    targets.push_back(t);
+  }
+  node.write_checkpoint();
+  return targets;
+}
+
+// The Python fixer's input: cgroup directory -> the rules it must have.
+std::string targets_json(const std::vector<Target>& targets) {
+  nlohmann::json doc = nlohmann::json::object();
+  for (const auto& t : targets) doc[t.container->cgroup_dir] = t.wanted;
+  return doc.dump(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--containers") o.containers = int_flag(v);
+    else if (a == "--gpu-containers") o.gpu_containers = int_flag(v);
+    else if (a == "--gpus") o.gpus = int_flag(v);
+    else if (a == "--rounds") o.rounds = int_flag(v);
+    else if (a == "--singles") o.singles = int_flag(v);
+    else if (a == "--storms") o.storms = int_flag(v);
+    else if (a == "--fight-hz") o.fight_hz = int_flag(v);
+    else if (a == "--fight-seconds") o.fight_seconds = int_flag(v);
+    else if (a == "--storm-gap-ms") o.storm_gap_ms = int_flag(v);
+    else if (a == "--daemon-extra") o.daemon_extra = v;
+    else if (a == "--python-fixer") o.python_fixer = v;
+    else if (a == "--daemon-binary") o.daemon_binary = v;
+    else {
+      std::fprintf(stderr, "storm: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (o.gpu_containers < 1 || o.gpu_containers > o.containers || o.rounds < 1 || o.fight_hz < 1) {
+    std::fprintf(stderr, "storm: need 1 <= --gpu-containers <= --containers, --rounds >= 1, --fight-hz >= 1\n");
+    return 2;
+  }
+  if (!SandboxNode::available()) {
+    std::fprintf(stderr, "storm: needs root and a writable cgroup v1 devices hierarchy\n");
+    return 2;
+  }
+  struct sigaction sa{};
+  sa.sa_handler = [](int) { g_interrupted = 1; };
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  std::vector<Target> targets;
+  try {
+    // Destroyed on every way out of this block: repairers killed by PID, sleepers killed,
+    // cgroups removed (all under the node's unique parent).
+    SandboxNode node(SandboxNode::Options{.gpus = o.gpus, .tag = "storm"});
+    targets = populate(node, o);
+    TempDir files("gdw-storm");
+    files.write("targets.json", targets_json(targets));
+
+    std::printf("node: %d containers, %d GPU containers on %d GPUs, parent %s; %d rounds x (%d singles, %d storms); "
+                "fight %d/s for %d s\n",
+                o.containers, o.gpu_containers, o.gpus, node.cgroups().path().c_str(), o.rounds, o.singles, o.storms,
+                o.fight_hz, o.fight_seconds);
+    std::fflush(stdout);
+    Bench bench(node, targets);
+    Figures floor, fig_d, fig_p;
+    for (int k = 0; k < std::min(o.singles, 200); ++k) bench.floor(k % static_cast<int>(targets.size()), floor);
+    Daemon daemon(node, o.daemon_binary, o.daemon_extra);
+    PythonFixer python(o.python_fixer, files.path() + "/targets.json");
+    for (int round = 0; round < o.rounds; ++round) {
+      const bool last = round == o.rounds - 1;
+      Repairer* order[2] = {&daemon, &python};
+      if (round % 2) std::swap(order[0], order[1]);
+      for (Repairer* r : order) {
+        std::printf("round %d: %s\n", round + 1, r->name());
+        std::fflush(stdout);
+        run_session(bench, *r, o, round, static_cast<int>(targets.size()), last, r == &daemon ? fig_d : fig_p);
+      }
+    }
+    print(fig_d, fig_p, floor);
+    for (auto& t : targets) ::close(t.list_fd);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "storm: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,81 @@
+// cgroup v2 device programs as instructions: running them, and wrapping them.
+//
+// Why instructions and not a model of the runtime's rules: whether an attached program
+// denies a wanted device must be exact, and the kernel offers no way to ask it
+// (BPF_PROG_TEST_RUN answers ENOTSUPP for BPF_PROG_TYPE_CGROUP_DEVICE, checked on 6.18).
+// The programs runc, crun and systemd attach are short, loop-free, call no helper and use
+// no map: loads from the 12-byte context, ALU, compares, exit. run_device_program()
+// executes that subset exactly on the translated instructions the kernel reports
+// (BPF_OBJ_GET_INFO_BY_FD xlated_prog_insns); anything else on the path it takes is
+// kUnknown, which callers treat as "denies" (the program then gets wrapped, which is safe:
+// the wrapper decides as the program did for every other device).
+//
+// Why a copy of the instructions and not a tail call: a wrapper that tail-calls the
+// original through a BPF_MAP_TYPE_PROG_ARRAY stops delegating once the daemon exits,
+// because the kernel empties a program array when its last user-space reference goes
+// (map_release_uref; checked on 6.18), so it would need a pin in a bpffs. Instead the
+// wrapper is one self-contained program: a prologue that allows the wanted devices,
+// followed by the original's translated instructions unchanged. Whatever the prologue
+// does not allow falls through to the original code with the same context, so for every
+// other device the wrapper decides exactly as the original. Programs whose instructions
+// cannot be loaded again (helper or subprogram calls, map references) cannot be wrapped;
+// not_reloadable() says why.
+//
+// The prologue starts with two marker instructions (r0 = kWrapperMagic; r0 = count) and
+// has a fixed shape, so unwrap_device_program() recovers the wanted set and the wrapped
+// code from an attached wrapper: a re-repair wraps the original, never a wrapper.
+#pragma once
+
+#include <linux/bpf.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/desired_state.h"
+#include "runtime/oci_config.h"
+
+namespace gdw {
+
+using BpfCode = std::vector<bpf_insn>;
+
+// "gdw\x01": the first instruction of every wrapper of ours (r0 = kWrapperMagic).
+inline constexpr std::int32_t kWrapperMagic = 0x67647701;
+// The most devices one wrapper allows: far above any container's allocation.
+inline constexpr std::size_t kMaxWrappedDevices = 1024;
+
+enum class Verdict { kAllow, kDeny, kUnknown };
+std::string to_string(Verdict v);
+
+// What the kernel's run of `code` returns for one access (`access`: kAccess* bits as one
+// request, e.g. read|write for an O_RDWR open). kUnknown when the run reaches an
+// instruction outside the executed subset, or runs more than 1 << 16 steps.
+Verdict run_device_program(const BpfCode& code, const DeviceNumber& dev, std::uint8_t access);
+
+// Does `code` allow every request the kernel can make within `access` (each non-empty
+// subset: read, write, read+write, mknod...)? kDeny if any is denied, else kUnknown if any
+// is unknown.
+Verdict program_allows(const BpfCode& code, const DeviceNumber& dev, std::uint8_t access);
+
+// Why `code` cannot be loaded again as it is (a call, a map or BTF reference); nullopt
+// when it can.
+std::optional<std::string> not_reloadable(const BpfCode& code);
+
+// Our wrapper: allows each wanted device for exactly its access (a request within it),
+// then runs `inner` unchanged for everything else.
+BpfCode wrap_device_program(const std::vector<WantedDevice>& wanted, const BpfCode& inner);
+
+struct UnwrappedProgram {
+  std::vector<WantedDevice> added;  // name and reason are empty
+  BpfCode inner;
+};
+// The wanted devices and the wrapped code of one of our wrappers; nullopt for any other code.
+std::optional<UnwrappedProgram> unwrap_device_program(const BpfCode& code);
+
+// An ordered rule list (runc's semantics: the last matching rule decides, no match denies)
+// as a program. For the union programs earlier versions of the daemon attached (their rules
+// live in a map): compiled, they can be run and wrapped like any other program.
+BpfCode compile_device_rules(const std::vector<OciDeviceCgroupRule>& rules);
+
+}  // namespace gdw

@@ -1,0 +1,98 @@
+// The file-system side of CDI: lists and reads the spec files of cdi.spec_dirs.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "cdi/cdi_spec.h"
+
+namespace gdw {
+namespace {
+
+constexpr std::size_t kMaxSpecBytes = 4 << 20;
+constexpr std::size_t kMaxFilesPerDir = 1024;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// nullopt: no such directory (CDI directories are optional).
+std::optional<std::vector<std::string>> spec_names(const std::string& dir, std::vector<std::string>& errors) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    if (errno != ENOENT && errno != ENOTDIR) errors.push_back(dir + ": " + errno_text(errno));
+    return std::nullopt;
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    if (is_cdi_spec_file_name(e->d_name)) names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  if (names.size() > kMaxFilesPerDir) {
+    errors.push_back(dir + ": " + std::to_string(names.size()) + " spec files; only the first " +
+                     std::to_string(kMaxFilesPerDir) + " are read");
+    names.resize(kMaxFilesPerDir);
+  }
+  return names;
+}
+
+Result<std::string> read_spec(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return Error{errno_text(errno)};
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Error{"not a regular file"};
+  }
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return Error{errno_text(err)};
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > kMaxSpecBytes) {
+      ::close(fd);
+      return Error{"larger than " + std::to_string(kMaxSpecBytes) + " bytes"};
+    }
+  }
+  ::close(fd);
+  return text;
+}
+
+}  // namespace
+
+std::vector<CdiSpecFile> read_cdi_spec_files(const std::vector<std::string>& dirs, std::vector<std::string>& errors) {
+  std::vector<CdiSpecFile> files;
+  for (const auto& dir : dirs) {
+    auto names = spec_names(dir, errors);
+    if (!names) continue;
+    for (const auto& name : *names) {
+      const std::string path = dir + "/" + name;
+      auto text = read_spec(path);
+      if (!text) {
+        errors.push_back(path + ": " + text.error().message);
+        continue;
+      }
+      files.push_back({path, std::move(*text)});
+    }
+  }
+  return files;
+}
+
+CdiRegistry load_cdi_registry(const std::vector<std::string>& dirs) {
+  std::vector<std::string> read_errors;
+  CdiRegistry registry = build_cdi_registry(read_cdi_spec_files(dirs, read_errors));
+  registry.errors.insert(registry.errors.begin(), read_errors.begin(), read_errors.end());
+  return registry;
+}
+
+}  // namespace gdw

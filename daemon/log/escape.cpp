@@ -1,0 +1,59 @@
+#include "log/escape.h"
+
+namespace gdw::log {
+namespace {
+
+bool is_control(unsigned char c) { return c < 0x20 || c == 0x7f; }
+
+void append_escaped(std::string& out, std::string_view text, bool escape_quote) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '\n': out += "\\n"; continue;
+      case '\r': out += "\\r"; continue;
+      case '\t': out += "\\t"; continue;
+      case '\\': out += "\\\\"; continue;
+      case '"':
+        out += escape_quote ? "\\\"" : "\"";
+        continue;
+      default: break;
+    }
+    if (is_control(c)) {
+      out += "\\u00";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    } else {
+      out += ch;
+    }
+  }
+}
+
+bool needs_quotes(std::string_view value) {
+  if (value.empty()) return true;
+  for (char ch : value) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == ' ' || c == '=' || c == '"' || c == '\\' || is_control(c)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string escape_text(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  append_escaped(out, text, /*escape_quote=*/false);
+  return out;
+}
+
+std::string logfmt_value(std::string_view value) {
+  if (!needs_quotes(value)) return std::string(value);
+  std::string out = "\"";
+  out.reserve(value.size() + 2);
+  append_escaped(out, value, /*escape_quote=*/true);
+  out += '"';
+  return out;
+}
+
+}  // namespace gdw::log

@@ -1,0 +1,101 @@
+#include "support/fake_apiserver.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace gdw::test {
+namespace {
+
+bool openssl(const std::vector<std::string>& args, std::string& error) {
+  std::vector<std::string> argv{"openssl"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = run_command(argv, 30s);
+  if (r.exit_code == 0) return true;
+  error = "openssl " + args[0] + " failed: " + r.err;
+  return false;
+}
+
+std::vector<std::string> new_ec_key(const std::string& key) {
+  return {"-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key};
+}
+
+}  // namespace
+
+bool FakeApiServer::make_pki() {
+  ca_ = dir_ / "ca.crt";
+  const std::string ca_key = dir_ / "ca.key", key = dir_ / "server.key", csr = dir_ / "server.csr",
+                    cert = dir_ / "server.crt";
+  const std::string ext = dir_.write("server.ext",
+                                     "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                                     "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n");
+  std::vector<std::string> ca_args{"req", "-x509", "-days", "1", "-subj", "/CN=gdw-test-ca", "-out", ca_};
+  for (auto& a : new_ec_key(ca_key)) ca_args.push_back(a);
+  std::vector<std::string> csr_args{"req", "-subj", "/CN=127.0.0.1", "-out", csr};
+  for (auto& a : new_ec_key(key)) csr_args.push_back(a);
+  return openssl(ca_args, error_) && openssl(csr_args, error_) &&
+         openssl({"x509", "-req", "-in", csr, "-CA", ca_, "-CAkey", ca_key, "-CAcreateserial", "-days", "1",
+                  "-extfile", ext, "-out", cert},
+                 error_);
+}
+
+FakeApiServer::FakeApiServer(bool hang) {
+  if (!make_pki()) return;
+  token_file_ = dir_.write("serviceaccount/token", "token-one\n");
+  log_ = dir_.write("requests.jsonl", "");
+  const std::string port_file = dir_ / "port";
+  std::vector<std::string> argv{"python3", std::string(GDW_SOURCE_DIR) + "/test/support/fake_apiserver.py",
+                                "--cert", dir_ / "server.crt", "--key", dir_ / "server.key",
+                                "--port-file", port_file, "--log", log_};
+  if (hang) argv.push_back("--hang");
+  server_ = std::make_unique<BackgroundProcess>(argv);
+  auto port_text = [&] {
+    std::ifstream in(port_file);
+    std::string text;
+    std::getline(in, text);
+    return text;
+  };
+  if (!eventually([&] { return !port_text().empty() || !server_->running(); }, 10s) || port_text().empty()) {
+    error_ = "fake_apiserver.py did not start: " + server_->output();
+    return;
+  }
+  port_ = std::stoi(port_text());
+}
+
+FakeApiServer::~FakeApiServer() = default;  // BackgroundProcess kills the server by PID
+
+std::string FakeApiServer::other_ca_file() {
+  const std::string crt = dir_ / "other-ca.crt";
+  std::vector<std::string> args{"req", "-x509", "-days", "1", "-subj", "/CN=gdw-other-ca", "-out", crt};
+  for (auto& a : new_ec_key(dir_ / "other-ca.key")) args.push_back(a);
+  std::string ignored;
+  openssl(args, ignored);
+  return crt;
+}
+
+void FakeApiServer::rotate_token(const std::string& token) {
+  const std::string fresh = dir_.write("serviceaccount/token.new", token + "\n");
+  std::rename(fresh.c_str(), token_file_.c_str());
+}
+
+std::vector<RecordedRequest> FakeApiServer::requests() const {
+  std::vector<RecordedRequest> out;
+  std::istringstream lines(read_file(log_));
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    RecordedRequest r{j["method"], j["path"], j["authorization"], j["content_type"], nullptr};
+    r.body = nlohmann::json::parse(j["body"].get<std::string>(), nullptr, false);
+    if (r.body.is_discarded()) r.body = nullptr;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string FakeApiServer::config_yaml(const std::string& events_extra) const {
+  return "kubernetes:\n  api_server: " + url() + "\n  token_file: " + token_file_ + "\n  ca_file: " + ca_ +
+         "\nevents:\n  enabled: true\n" + events_extra;
+}
+
+}  // namespace gdw::test
