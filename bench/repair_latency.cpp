@@ -85,8 +85,9 @@ std::uint32_t gpu_minor(const SandboxNode& node, const SandboxContainer& c) {
 
 bool gpu_allowed(const SandboxContainer& c, std::uint32_t minor) {
   auto raw = read_devices_list(c.cgroup_dir);
-  auto list = parse_devices_list(raw.text);
-  return raw.err == 0 && list.ok() &&
+  if (!raw) return false;
+  auto list = parse_devices_list(*raw);
+  return list.ok() &&
          device_list_allows(*list, {DeviceType::kChar, 195, minor}, kAccessReadWrite);
 }
 

@@ -18,28 +18,35 @@
 #include "kubeletapi/pod_resources.h"
 #include "probe/probe.h"
 #include "node/node_model.h"
-#include "node/device_repair.h"
+#include "service/repair_step.h"
 
 namespace gdw {
 namespace {
 
 using json = nlohmann::ordered_json;
 
+using Observation = Result<DeviceState>;
+
+const std::vector<WantedDevice>& missing_of(const Observation& o) {
+  static const std::vector<WantedDevice> kNone;
+  return o ? o->missing : kNone;
+}
+
 struct ContainerReport {
   ContainerTarget target;
-  DeviceCheck before;
-  std::vector<DeviceGrant> grants;
+  Observation before = Error{"not observed"};
+  std::vector<DeviceOutcome> grants;
   std::string systemd_note;  // systemd driver: what SetUnitProperties did
-  std::string repair_note;   // v2: what the program replacement did
-  std::string repair_error;  // v2: why it failed
-  std::optional<DeviceCheck> after;
+  std::string repair_note;   // what the grant changed beyond the devices (device programs wrapped)
+  std::string repair_error;  // why the grant failed as a whole
+  std::optional<Observation> after;
 
-  const DeviceCheck& final_check() const { return after ? *after : before; }
+  const Observation& final_check() const { return after ? *after : before; }
   std::string status() const {
-    const DeviceCheck& now = final_check();
-    if (is_cgroup_gone(now.read_err)) return "gone";
-    if (!now.ok()) return "unreadable";
-    if (!now.missing.empty()) return grants.empty() && repair_error.empty() ? "missing" : "repair-failed";
+    const Observation& now = final_check();
+    if (!now && is_cgroup_gone(now.error())) return "gone";
+    if (!now) return "unreadable";
+    if (!now->missing.empty()) return grants.empty() && repair_error.empty() ? "missing" : "repair-failed";
     if (!grants.empty()) return "repaired";
     if (!target.desired.unresolved.empty()) return "unresolved";
     return "ok";
@@ -119,10 +126,7 @@ json device_json(const WantedDevice& d) {
               {"reason", d.reason}};
 }
 
-std::string check_problem(const DeviceCheck& c, CgroupVersion version) {
-  const std::string what = version == CgroupVersion::kV2 ? "cannot query the device programs: " : "cannot read devices.list: ";
-  return what + (c.read_err ? std::strerror(c.read_err) : c.parse_error);
-}
+std::string grant_result(const DeviceOutcome& g) { return g.outcome ? "granted" : g.outcome.error().message; }
 
 // Whether a gpu-devwatch daemon's eBPF probe is loaded on this node, in words.
 std::string probe_state() {
@@ -153,12 +157,11 @@ void print_health_text(const NodeModel& node, const NodeHealth& h) {
   }
 }
 
-void print_text(const NodeModel& node, const std::vector<ContainerReport>& reports,
+void print_text(const NodeModel& node, const DeviceAccess& access, const std::vector<ContainerReport>& reports,
                 const std::vector<ContainerTarget>& unidentified, std::size_t untouched, const std::string& nvml_note) {
   const auto& cp = node.checkpoint();
   const auto& inv = node.inventory();
-  fmt::print("kubepods:   {} ({})\n", node.kubepods().dir(),
-             node.version() == CgroupVersion::kV1 ? "cgroup v1 devices" : "cgroup v2 device programs");
+  fmt::print("kubepods:   {} ({})\n", node.kubepods().dir(), access.description());
   fmt::print("checkpoint: {} — {} entries, checksum {}{}\n", node.config().kubelet.checkpoint,
              cp.checkpoint.entries.size(), cp.checkpoint.checksum_valid ? "valid" : "INVALID",
              cp.used ? "" : " (entries ignored: kubelet.on_invalid_checksum=ignore)");
@@ -176,25 +179,25 @@ void print_text(const NodeModel& node, const std::vector<ContainerReport>& repor
   for (const auto& r : reports) {
     w_who = std::max(w_who, who(r.target).size());
     w_want = std::max(w_want, names(r.target.desired.wanted).size());
-    w_miss = std::max(w_miss, names(r.before.missing).size());
+    w_miss = std::max(w_miss, names(missing_of(r.before)).size());
   }
   fmt::print("{:<{}}  {:<{}}  {:<{}}  {}\n", "NAMESPACE/POD/CONTAINER", w_who, "DEVICES WANTED", w_want, "MISSING", w_miss,
              "STATUS");
   for (const auto& r : reports) {
     fmt::print("{:<{}}  {:<{}}  {:<{}}  {}\n", who(r.target), w_who, names(r.target.desired.wanted), w_want,
-               names(r.before.missing), w_miss, r.status());
+               names(missing_of(r.before)), w_miss, r.status());
   }
   if (reports.empty()) fmt::print("(no running container holds a device of {})\n", fmt::join(node.config().devices.resources, ", "));
 
   for (const auto& r : reports) {
     for (const auto& g : r.grants)
-      fmt::print("{}: {} {} (c {}) — {}\n", who(r.target), g.err ? "could not grant" : "granted", g.device.name,
-                 format_device_number(g.device.dev), describe_grant_error(g.err));
+      fmt::print("{}: {} {} (c {}) — {}\n", who(r.target), g.outcome ? "granted" : "could not grant", g.device.name,
+                 format_device_number(g.device.dev), grant_result(g));
     if (!r.systemd_note.empty()) fmt::print("{}: {}\n", who(r.target), r.systemd_note);
     if (!r.repair_note.empty()) fmt::print("{}: {}\n", who(r.target), r.repair_note);
     if (!r.repair_error.empty()) fmt::print("{}: could not replace the device programs: {}\n", who(r.target), r.repair_error);
-    if (!r.final_check().ok() && !is_cgroup_gone(r.final_check().read_err))
-      fmt::print("{}: {}\n", who(r.target), check_problem(r.final_check(), node.version()));
+    if (!r.final_check() && !is_cgroup_gone(r.final_check().error()))
+      fmt::print("{}: {}\n", who(r.target), r.final_check().error().message);
     for (const auto& u : r.target.desired.unresolved) fmt::print("{}: allocated but not found: {}\n", who(r.target), u);
     if (!r.target.problem.empty()) fmt::print("{}: {}\n", who(r.target), r.target.problem);
   }
@@ -204,10 +207,44 @@ void print_text(const NodeModel& node, const std::vector<ContainerReport>& repor
     for (const auto& t : unidentified) fmt::print("  {}: {}\n", t.cgroup.cgroup_dir, t.problem);
   }
   std::size_t missing = std::count_if(reports.begin(), reports.end(), [](const ContainerReport& r) {
-    return !r.final_check().missing.empty();
+    return !missing_of(r.final_check()).empty();
   });
   fmt::print("\n{} GPU container(s), {} missing devices, {} container(s) without devices left untouched\n",
              reports.size(), missing, untouched);
+}
+
+json container_json(const ContainerReport& r) {
+  json c;
+  const auto& id = *r.target.identity;
+  c["namespace"] = id.pod_namespace;
+  c["pod"] = id.pod_name;
+  c["container"] = id.container_name;
+  c["pod_uid"] = id.pod_uid;
+  c["container_id"] = r.target.cgroup.leaf.container_id;
+  c["cgroup"] = r.target.cgroup.cgroup_dir;
+  c["status"] = r.status();
+  c["wanted"] = json::array();
+  for (const auto& w : r.target.desired.wanted) c["wanted"].push_back(device_json(w));
+  c["missing"] = json::array();
+  for (const auto& m : missing_of(r.before)) c["missing"].push_back(device_json(m));
+  c["missing_now"] = json::array();
+  for (const auto& m : missing_of(r.final_check())) c["missing_now"].push_back(device_json(m));
+  c["grants"] = json::array();
+  for (const auto& g : r.grants) {
+    auto gj = device_json(g.device);
+    gj["result"] = grant_result(g);
+    gj["ok"] = g.outcome.ok();
+    c["grants"].push_back(gj);
+  }
+  if (!r.systemd_note.empty()) c["systemd"] = r.systemd_note;
+  if (!r.repair_note.empty()) c["repair"] = r.repair_note;
+  if (!r.repair_error.empty()) c["repair_error"] = r.repair_error;
+  c["unresolved"] = r.target.desired.unresolved;
+  c["unresolved_cdi"] = r.target.desired.unresolved_cdi;
+  add_exposure_json(r.target, c);
+  if (!r.final_check()) c["error"] = r.final_check().error().message;
+  if (!r.target.problem.empty()) c["problem"] = r.target.problem;
+  return c;
 }
 
 void print_json(const NodeModel& node, const std::vector<ContainerReport>& reports,
@@ -243,39 +280,7 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
                 {"devices", inv.cdi_devices.size()},
                 {"spec_errors", node.cdi_errors()}};
   json containers = json::array();
-  for (const auto& r : reports) {
-    json c;
-    const auto& id = *r.target.identity;
-    c["namespace"] = id.pod_namespace;
-    c["pod"] = id.pod_name;
-    c["container"] = id.container_name;
-    c["pod_uid"] = id.pod_uid;
-    c["container_id"] = r.target.cgroup.leaf.container_id;
-    c["cgroup"] = r.target.cgroup.cgroup_dir;
-    c["status"] = r.status();
-    c["wanted"] = json::array();
-    for (const auto& w : r.target.desired.wanted) c["wanted"].push_back(device_json(w));
-    c["missing"] = json::array();
-    for (const auto& m : r.before.missing) c["missing"].push_back(device_json(m));
-    c["missing_now"] = json::array();
-    for (const auto& m : r.final_check().missing) c["missing_now"].push_back(device_json(m));
-    c["grants"] = json::array();
-    for (const auto& g : r.grants) {
-      auto gj = device_json(g.device);
-      gj["result"] = describe_grant_error(g.err);
-      gj["ok"] = g.err == 0;
-      c["grants"].push_back(gj);
-    }
-    if (!r.systemd_note.empty()) c["systemd"] = r.systemd_note;
-    if (!r.repair_note.empty()) c["repair"] = r.repair_note;
-    if (!r.repair_error.empty()) c["repair_error"] = r.repair_error;
-    c["unresolved"] = r.target.desired.unresolved;
-    c["unresolved_cdi"] = r.target.desired.unresolved_cdi;
-    add_exposure_json(r.target, c);
-    if (!r.final_check().ok()) c["error"] = check_problem(r.final_check(), node.version());
-    if (!r.target.problem.empty()) c["problem"] = r.target.problem;
-    containers.push_back(c);
-  }
+  for (const auto& r : reports) containers.push_back(container_json(r));
   out["containers"] = containers;
   out["exposed_containers"] = std::count_if(reports.begin(), reports.end(),
                                             [](const ContainerReport& r) { return !r.target.exposure.exposed.empty(); });
@@ -313,6 +318,86 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
   fmt::print("{}\n", out.dump(2));
 }
 
+// One container through the repair loop's own step (service/repair_step.h), once: observe,
+// plan (enforce with --repair, observe without), grant directly; then, systemd driver,
+// persist the grant in the scope's DeviceAllow= and look again.
+ContainerReport check_container(DeviceAccess& access, const Config& config, const DiscoveredContainer& cg,
+                                ContainerTarget target, bool repair) {
+  ContainerReport r;
+  RepairState state(RepairBudget(config.repair.burst, config.repair.max_per_minute));
+  RepairSettings settings = RepairSettings::from(config);
+  if (!repair) settings.mode = Mode::kObserve;
+  const std::string unit = cg.leaf.driver == CgroupDriver::kSystemd ? scope_unit_of(cg.cgroup_dir) : "";
+  RepairStep step = repair_once(access, state, cg.cgroup_dir, target.desired, !unit.empty() && persist_in_scope(target),
+                                Clock::now(), settings);
+  r.before = std::move(step.observed);
+  if (step.applied) {
+    r.grants = step.applied->devices;
+    r.repair_note = step.applied->summary;
+    if (step.applied->failure) r.repair_error = step.applied->failure->message;
+  }
+  if (!step.settled.persist.empty()) {
+    const auto& devices = step.settled.persist;
+    auto added = add_device_allow_blocking(config.systemd.bus_address, unit, devices, config.systemd.timeout);
+    r.systemd_note = added ? "systemd added " + std::to_string(devices.size()) + " device(s) to " + unit + "'s DeviceAllow="
+                           : "systemd did not add DeviceAllow= (" + added.error().message + ")";
+  }
+  if (!r.grants.empty() || !r.repair_error.empty()) r.after = access.observe(cg.cgroup_dir, target.desired);
+  r.target = std::move(target);
+  return r;
+}
+
+struct NodeLoad {
+  std::string nvml_note;
+};
+
+// Locates the tree and loads every input, as the daemon's resync does. Errors: exit 2.
+Result<NodeLoad> load_node(NodeModel& node, const Config& config) {
+  if (auto s = node.locate(); !s) return s.error();
+  node.load_inventory();
+  if (auto s = node.load_checkpoint(); !s) return s.error();
+  NodeLoad load;
+  if (node.needs_nvml()) {
+    auto answer = run_nvml_query(self_exe(), config.devices.nvml_library, config.devices.nvml_timeout);
+    if (answer) {
+      node.set_nvml_answer(std::move(*answer));
+    } else {
+      load.nvml_note = " (NVML: " + answer.error().message + ")";
+    }
+  }
+  node.bundles().refresh();
+  node.rebuild_allocations();
+  return load;
+}
+
+struct NodeReport {
+  std::vector<ContainerReport> reports;
+  std::vector<ContainerTarget> unidentified;
+  std::vector<ContainerTarget> env_only;  // NVIDIA_VISIBLE_DEVICES names GPUs, no allocation, not restored
+  std::size_t untouched = 0;
+};
+
+NodeReport check_containers(NodeModel& node, DeviceAccess& access, const Config& config, bool repair) {
+  NodeReport n;
+  for (const auto& cg : node.scan().containers) {
+    ContainerTarget target = node.resolve(cg);
+    if (target.kind == TargetKind::kUnidentified) {
+      if (node.allocations().pod_has_devices(cg.pod.pod_uid) || target.identity_conflict)
+        n.unidentified.push_back(std::move(target));
+      continue;
+    }
+    if (target.kind != TargetKind::kGpu) {
+      if (target.kind == TargetKind::kNotGpu) ++n.untouched;
+      if (target.env_visible) n.env_only.push_back(std::move(target));
+      continue;
+    }
+    n.reports.push_back(check_container(access, config, cg, std::move(target), repair));
+  }
+  std::sort(n.reports.begin(), n.reports.end(),
+            [](const ContainerReport& a, const ContainerReport& b) { return who(a.target) < who(b.target); });
+  return n;
+}
+
 }  // namespace
 
 int run_check(const CheckOptions& options) {
@@ -326,114 +411,33 @@ int run_check(const CheckOptions& options) {
     return 2;
   }
   NodeModel node(*config);
-  if (auto s = node.locate(); !s) {
-    std::fprintf(stderr, "gpu-devwatch check: %s\n", s.error().message.c_str());
+  auto load = load_node(node, *config);
+  if (!load) {
+    std::fprintf(stderr, "gpu-devwatch check: %s\n", load.error().message.c_str());
     return 2;
   }
-  node.load_inventory();
-  if (auto s = node.load_checkpoint(); !s) {
-    std::fprintf(stderr, "gpu-devwatch check: %s\n", s.error().message.c_str());
-    return 2;
-  }
-  std::string nvml_note;
-  if (node.needs_nvml()) {
-    auto answer = run_nvml_query(self_exe(), config->devices.nvml_library, config->devices.nvml_timeout);
-    if (answer) {
-      node.set_nvml_answer(std::move(*answer));
-    } else {
-      nvml_note = " (NVML: " + answer.error().message + ")";
-    }
-  }
-  node.bundles().refresh();
-  node.rebuild_allocations();
   const NodeHealth health = gather_health(node, *config);
-
-  std::vector<ContainerReport> reports;
-  std::vector<ContainerTarget> unidentified;
-  std::vector<ContainerTarget> env_only;  // NVIDIA_VISIBLE_DEVICES names GPUs, no allocation, not restored
-  std::size_t untouched = 0;
-  for (const auto& cg : node.scan().containers) {
-    ContainerTarget target = node.resolve(cg);
-    if (target.kind == TargetKind::kUnidentified) {
-      if (node.allocations().pod_has_devices(cg.pod.pod_uid) || target.identity_conflict)
-        unidentified.push_back(std::move(target));
-      continue;
-    }
-    if (target.kind != TargetKind::kGpu) {
-      if (target.kind == TargetKind::kNotGpu) ++untouched;
-      if (target.env_visible) env_only.push_back(std::move(target));
-      continue;
-    }
-    ContainerReport r;
-    const bool v2 = node.version() == CgroupVersion::kV2;
-    auto check_now = [&] { return v2 ? check_v2(cg.cgroup_dir, target.desired) : check_v1(cg.cgroup_dir, target.desired); };
-    r.before = check_now();
-    std::vector<WantedDevice> missing = r.before.missing;
-    const std::string unit = cg.leaf.driver == CgroupDriver::kSystemd ? scope_unit_of(cg.cgroup_dir) : "";
-    if (options.repair && r.before.ok() && !missing.empty() && !unit.empty()) {
-      // systemd driver: have systemd include the devices in the scope's DeviceAllow= (kept
-      // across daemon-reload), then see what the kernel says; the rest is granted directly.
-      auto added = add_device_allow_blocking(config->systemd.bus_address, unit, missing, config->systemd.timeout);
-      r.systemd_note = added ? "systemd added " + std::to_string(missing.size()) + " device(s) to " + unit + "'s DeviceAllow="
-                             : "systemd did not add DeviceAllow= (" + added.error().message + ")";
-      if (added) {
-        const DeviceCheck now = check_now();
-        if (now.ok()) {
-          for (const auto& m : missing) {
-            bool still = std::any_of(now.missing.begin(), now.missing.end(), [&](const auto& x) { return x.dev == m.dev; });
-            if (!still) r.grants.push_back(DeviceGrant{m, 0, {}});
-          }
-          missing = now.missing;
-        }
-      }
-    }
-    if (options.repair && r.before.ok() && !missing.empty()) {
-      if (v2) {
-        auto installed = repair_v2(cg.cgroup_dir, target.desired.wanted);
-        if (installed) {
-          for (const auto& m : missing)
-            if (std::none_of(installed->still_denied.begin(), installed->still_denied.end(),
-                             [&](const WantedDevice& x) { return x.dev == m.dev; }))
-              r.grants.push_back(DeviceGrant{m, 0, {}});
-          r.repair_note = std::to_string(installed->replaced.size()) + " device program(s) wrapped";
-          for (const auto& rep : installed->replaced)
-            r.repair_note += "; " + std::to_string(rep.old_id) + " -> " + std::to_string(rep.new_id) +
-                             (rep.atomic ? " (atomic replace)" : " (attached, then detached)");
-          for (const auto& left : installed->left_attached)
-            r.repair_note += "; program " + std::to_string(left.program.id) + " left attached: " + left.reason;
-        } else {
-          r.repair_error = installed.error().message;
-        }
-      } else {
-        auto direct = grant_v1(cg.cgroup_dir, missing);
-        r.grants.insert(r.grants.end(), direct.begin(), direct.end());
-      }
-    }
-    if (options.repair && (!r.grants.empty() || !r.repair_error.empty())) r.after = check_now();
-    r.target = std::move(target);
-    reports.push_back(std::move(r));
-  }
-  std::sort(reports.begin(), reports.end(),
-            [](const ContainerReport& a, const ContainerReport& b) { return who(a.target) < who(b.target); });
+  auto access = make_device_access(node.version());
+  const NodeReport n = check_containers(node, *access, *config, options.repair);
 
   std::vector<const ContainerTarget*> gpu_targets, env_targets;
-  for (const auto& r : reports) {
+  for (const auto& r : n.reports) {
     gpu_targets.push_back(&r.target);
     if (r.target.env_visible) env_targets.push_back(&r.target);
   }
-  for (const auto& t : env_only) env_targets.push_back(&t);
+  for (const auto& t : n.env_only) env_targets.push_back(&t);
   if (options.json) {
-    print_json(node, reports, unidentified, untouched, nvml_note, health, env_targets);
+    print_json(node, n.reports, n.unidentified, n.untouched, load->nvml_note, health, env_targets);
   } else {
-    print_text(node, reports, unidentified, untouched, nvml_note);
+    print_text(node, *access, n.reports, n.unidentified, n.untouched, load->nvml_note);
     print_exposure_text(gpu_targets);
     print_env_visible_text(env_targets);
     fmt::print("\n");
     print_health_text(node, health);
   }
-  bool attention = !unidentified.empty() || !node.merged().ambiguous.empty() || health.needs_attention() ||
+  bool attention = !n.unidentified.empty() || !node.merged().ambiguous.empty() || health.needs_attention() ||
                    !node.cdi_errors().empty() ||
-                   std::any_of(reports.begin(), reports.end(), [](const ContainerReport& r) { return r.needs_attention(); });
+                   std::any_of(n.reports.begin(), n.reports.end(), [](const ContainerReport& r) { return r.needs_attention(); });
   return attention ? 1 : 0;
 }
 

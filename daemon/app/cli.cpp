@@ -2,46 +2,58 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
-#include <string>
 #include <vector>
 
 #include "app/check_command.h"
-#include "node/config_file.h"
 #include "build_info.h"
 #include "nvidia/nvml.h"
+#include "service/daemon.h"
 
 namespace gdw {
 namespace {
 
-constexpr const char* kUsage = R"(usage: gpu-devwatch <command> [options]
+constexpr Flag kConfigFlag{"--config", "PATH",
+                           "configuration file (default: /etc/gpu-devwatch/gpu-devwatch.yaml if it\n"
+                           "exists, else built-in defaults)"};
 
-Keeps the GPU device nodes that kubelet allocated to each container allowed in the
-container's device cgroup, repairs them when something revokes them, and reports.
+constexpr Flag kCheckFlags[] = {
+    kConfigFlag,
+    {"--json", "", "print a JSON document instead of a table"},
+    {"--repair", "",
+     "grant the missing devices (one 'c M:m rw' rule each to devices.allow);\n"
+     "refused in observe mode. Never grants more than the allocation, never\n"
+     "revokes, never touches containers without GPUs."},
+};
+constexpr Flag kRunFlags[] = {kConfigFlag};
+constexpr Flag kNvmlQueryFlags[] = {{"--library", "PATH", "the NVML library to load (default: libnvidia-ml.so.1)"}};
 
-commands:
-  check     show, for every GPU container, the devices it must have and what is missing
-  run       the daemon: watch and repair continuously, serve metrics
-  version   print the version
+struct Command {
+  std::string_view name;
+  std::string_view summary;  // for the command list; empty: internal, not listed
+  std::span<const Flag> flags;
+  std::string_view about;     // --help: after the usage line
+  std::string_view epilogue;  // --help: after the options
+  int (*run)(const ParsedArgs&);
+};
 
-'gpu-devwatch <command> --help' describes a command's options.
-)";
+int run_check_command(const ParsedArgs& a) {
+  return run_check(CheckOptions{a.value("--config"), a.has("--json"), a.has("--repair")});
+}
+int run_daemon_command(const ParsedArgs& a) { return run_daemon(a.value("--config")); }
+int run_version_command(const ParsedArgs&) {
+  std::printf("gpu-devwatch %s (%s)\n", GDW_VERSION, GDW_GIT_REVISION);
+  return 0;
+}
+// The child process that talks to NVML (nvidia/nvml_process.cpp starts it).
+int run_nvml_query_command(const ParsedArgs& a) { return nvml_query_main(a.value("--library", "libnvidia-ml.so.1")); }
 
-constexpr const char* kCheckUsage = R"(usage: gpu-devwatch check [--config PATH] [--json] [--repair]
-
-For every container that kubelet allocated a GPU to, lists the device nodes it must be
+const Command kCommands[] = {
+    {"check", "show, for every GPU container, the devices it must have and what is missing", kCheckFlags,
+     R"(For every container that kubelet allocated a GPU to, lists the device nodes it must be
 able to open (its GPUs, MIG capabilities, DeviceSpecs and the NVIDIA control nodes), which
 of them its device cgroup allows, and what is missing.
-
-options:
-  --config PATH  configuration file (default: /etc/gpu-devwatch/gpu-devwatch.yaml if it
-                 exists, else built-in defaults)
-  --json         print a JSON document instead of a table
-  --repair       grant the missing devices (one 'c M:m rw' rule each to devices.allow);
-                 refused in observe mode. Never grants more than the allocation, never
-                 revokes, never touches containers without GPUs.
-
-It also reports the node faults beside drift: what kubelet's PodResources API says and
+)",
+     R"(It also reports the node faults beside drift: what kubelet's PodResources API says and
 where it disagrees with the checkpoint, whether the checkpoint describes this host (boot id,
 GPU UUIDs after a reboot onto other hardware), and whether each registered device plugin
 answers GetDevicePluginOptions within kubelet.plugin_probe_timeout.
@@ -50,107 +62,92 @@ exit status: 0 nothing missing and the node healthy; 1 something missing, a GPU 
 container could not be checked, the checkpoint is stale or a device plugin does not answer
 (PodResources disagreements are reported but do not change it); 2 error (bad
 configuration, kubepods or checkpoint not readable).
-)";
-
-constexpr const char* kVersionUsage = "usage: gpu-devwatch version\n\nprints the version and git revision.\n";
-
-bool is_help(const std::string& a) { return a == "--help" || a == "-h" || a == "help"; }
-
-// Parses "--flag" and "--key VALUE" / "--key=VALUE" options. Unknown ones are errors.
-struct Args {
-  std::vector<std::string> flags;
-  std::vector<std::pair<std::string, std::string>> values;
-  std::string error;
+)",
+     run_check_command},
+    {"run", "the daemon: watch and repair continuously, serve metrics", kRunFlags,
+     R"(Runs the daemon: watches every GPU container's device cgroup and grants back, within a
+millisecond, any allocated device node that something revoked; serves Prometheus metrics
+at metrics.listen (/metrics). Logs to stderr, or to the journal with structured fields
+when started by systemd (Type=notify: READY=1 after the first full pass, watchdog pings,
+STOPPING=1). SIGHUP reloads the configuration (a bad file is refused and the running one
+kept); SIGUSR1 re-reads everything now (a full resync); SIGTERM/SIGINT stop it.
+)",
+     "exit status: 0 stopped by a signal, 1 could not start, 2 bad configuration or arguments.\n",
+     run_daemon_command},
+    {"version", "print the version", {}, "prints the version and git revision.\n", "", run_version_command},
+    {"nvml-query", "", kNvmlQueryFlags, "", "", run_nvml_query_command},
 };
 
-Args parse_args(int argc, char** argv, int start, const std::vector<std::string>& flag_names,
-                const std::vector<std::string>& value_names) {
-  Args out;
-  for (int i = start; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string key = a, value;
-    bool has_value = false;
-    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      key = a.substr(0, eq);
-      value = a.substr(eq + 1);
-      has_value = true;
-    }
-    if (std::find(flag_names.begin(), flag_names.end(), key) != flag_names.end() && !has_value) {
-      out.flags.push_back(key);
-    } else if (std::find(value_names.begin(), value_names.end(), key) != value_names.end()) {
-      if (!has_value) {
-        if (i + 1 >= argc) {
-          out.error = key + " needs a value";
-          return out;
-        }
-        value = argv[++i];
-      }
-      out.values.emplace_back(key, value);
-    } else {
-      out.error = "unknown option '" + a + "'";
-      return out;
-    }
+constexpr std::size_t kCommandColumn = 12;  // where a command's summary starts in the list
+
+std::string top_usage() {
+  std::string s = R"(usage: gpu-devwatch <command> [options]
+
+Keeps the GPU device nodes that kubelet allocated to each container allowed in the
+container's device cgroup, repairs them when something revokes them, and reports.
+
+commands:
+)";
+  for (const Command& c : kCommands) {
+    if (c.summary.empty()) continue;
+    std::string line = "  " + std::string(c.name);
+    line.resize(std::max(kCommandColumn, line.size() + 1), ' ');
+    s += line + std::string(c.summary) + "\n";
   }
-  return out;
+  return s + "\n'gpu-devwatch <command> --help' describes a command's options.\n";
 }
 
-bool has_flag(const Args& a, const std::string& f) {
-  return std::find(a.flags.begin(), a.flags.end(), f) != a.flags.end();
+std::string command_usage(const Command& c) {
+  std::string s = "usage: gpu-devwatch " + std::string(c.name);
+  if (auto synopsis = flags_synopsis(c.flags); !synopsis.empty()) s += " " + synopsis;
+  s += "\n";
+  if (!c.about.empty()) s += "\n" + std::string(c.about);
+  if (!c.flags.empty()) s += "\noptions:\n" + flags_help(c.flags);
+  if (!c.epilogue.empty()) s += "\n" + std::string(c.epilogue);
+  return s;
 }
 
-std::string value_of(const Args& a, const std::string& k) {
-  std::string v;
-  for (const auto& [key, value] : a.values)
-    if (key == k) v = value;
-  return v;
+const Command* find_command(std::string_view name) {
+  auto it = std::find_if(std::begin(kCommands), std::end(kCommands), [&](const Command& c) { return c.name == name; });
+  return it == std::end(kCommands) ? nullptr : &*it;
 }
 
-int usage_error(const char* command, const std::string& error, const char* usage) {
-  std::fprintf(stderr, "gpu-devwatch %s: %s\n\n%s", command, error.c_str(), usage);
-  return 2;
+CliAction print(int exit_code, std::string out, std::string err = {}) {
+  CliAction a;
+  a.exit_code = exit_code;
+  a.out = std::move(out);
+  a.err = std::move(err);
+  return a;
 }
 
 }  // namespace
 
-int run_daemon_command(int argc, char** argv);  // app/run_command.cpp
+CliAction resolve_cli(std::span<const std::string> args) {
+  if (args.empty()) return print(2, "", top_usage());
+  const std::string& name = args.front();
+  if (name == "--help" || name == "-h" || name == "help") return print(0, top_usage());
+  const Command* command = find_command(name);
+  if (!command) return print(2, "", "gpu-devwatch: unknown command '" + name + "'\n\n" + top_usage());
+  auto parsed = parse_args(args.subspan(1), command->flags);
+  if (!parsed) {
+    return print(2, "", "gpu-devwatch " + name + ": " + parsed.error().message + "\n\n" + command_usage(*command));
+  }
+  if (parsed->help) return print(0, command_usage(*command));
+  CliAction a;
+  a.command = name;
+  a.args = std::move(*parsed);
+  return a;
+}
 
 int cli_main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fputs(kUsage, stderr);
-    return 2;
+  const std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
+  const CliAction action = resolve_cli(args);
+  if (action.command.empty()) {
+    std::fputs(action.out.c_str(), stdout);
+    std::fputs(action.err.c_str(), stderr);
+    return action.exit_code;
   }
-  const std::string cmd = argv[1];
-  const bool help = argc > 2 && is_help(argv[2]);
-  if (is_help(cmd)) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  if (cmd == "version") {
-    if (help) {
-      std::fputs(kVersionUsage, stdout);
-      return 0;
-    }
-    std::printf("gpu-devwatch %s (%s)\n", GDW_VERSION, GDW_GIT_REVISION);
-    return 0;
-  }
-  if (cmd == "check") {
-    if (help) {
-      std::fputs(kCheckUsage, stdout);
-      return 0;
-    }
-    Args args = parse_args(argc, argv, 2, {"--json", "--repair"}, {"--config"});
-    if (!args.error.empty()) return usage_error("check", args.error, kCheckUsage);
-    return run_check(CheckOptions{value_of(args, "--config"), has_flag(args, "--json"), has_flag(args, "--repair")});
-  }
-  if (cmd == "run") return run_daemon_command(argc, argv);
-  if (cmd == "nvml-query") {  // internal: the child process that talks to NVML
-    Args args = parse_args(argc, argv, 2, {}, {"--library"});
-    if (!args.error.empty()) return usage_error("nvml-query", args.error, "usage: gpu-devwatch nvml-query --library PATH\n");
-    std::string library = value_of(args, "--library");
-    return nvml_query_main(library.empty() ? "libnvidia-ml.so.1" : library);
-  }
-  std::fprintf(stderr, "gpu-devwatch: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
-  return 2;
+  return find_command(action.command)->run(action.args);
 }
 
 }  // namespace gdw

@@ -4,50 +4,59 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace gdw {
 
-bool is_cgroup_gone(int err) { return err == ENOENT || err == ENODEV; }
-
-DevicesListText read_devices_list(const std::string& cgroup_dir) {
-  DevicesListText out;
-  int fd = ::open((cgroup_dir + "/devices.list").c_str(), O_RDONLY | O_CLOEXEC);
+Result<std::string> read_devices_list(const std::string& cgroup_dir) {
+  const std::string path = cgroup_dir + "/devices.list";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    out.err = errno;
-    return out;
+    const int err = errno;
+    return errno_error(err, "cannot read devices.list: " + std::string(std::strerror(err)));
   }
+  std::string text;
   char buf[8192];
+  int err = 0;
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) {
-      out.text.append(buf, static_cast<std::size_t>(n));
+      text.append(buf, static_cast<std::size_t>(n));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) out.err = errno;
+    if (n < 0) err = errno;
     break;
   }
   ::close(fd);
-  return out;
+  if (err) return errno_error(err, "cannot read devices.list: " + std::string(std::strerror(err)));
+  return text;
 }
 
-std::vector<GrantOutcome> write_device_grants(const std::string& cgroup_dir, const std::vector<DeviceRule>& rules) {
-  std::vector<GrantOutcome> outcomes;
+std::string describe_grant_error(int err) {
+  if (err == 0) return "granted";
+  if (err == EPERM) return "refused by the kernel (a parent cgroup denies this device)";
+  if (err == ENOENT || err == ENODEV) return "cgroup removed";
+  return std::strerror(err);
+}
+
+std::vector<Status> write_device_grants(const std::string& cgroup_dir, const std::vector<DeviceRule>& rules) {
+  std::vector<Status> outcomes;
   if (rules.empty()) return outcomes;
   outcomes.reserve(rules.size());
   int fd = ::open((cgroup_dir + "/devices.allow").c_str(), O_WRONLY | O_CLOEXEC);
-  int open_err = fd < 0 ? errno : 0;
+  const int open_err = fd < 0 ? errno : 0;
   for (const auto& rule : rules) {
-    GrantOutcome o{rule, open_err};
+    int err = open_err;
     if (fd >= 0) {
       const std::string text = format_device_rule(rule);
       ssize_t n;
       do {
         n = ::write(fd, text.data(), text.size());
       } while (n < 0 && errno == EINTR);
-      if (n < 0) o.err = errno;
+      if (n < 0) err = errno;
     }
-    outcomes.push_back(o);
+    outcomes.push_back(err ? Status(errno_error(err, describe_grant_error(err))) : Status());
   }
   if (fd >= 0) ::close(fd);
   return outcomes;

@@ -10,21 +10,15 @@
 
 namespace gdw {
 
-// The raw text of <cgroup_dir>/devices.list. Errors carry errno so callers can tell a
-// removed cgroup (ENOENT/ENODEV) from a real failure.
-struct DevicesListText {
-  std::string text;
-  int err = 0;  // 0 when read
-};
-DevicesListText read_devices_list(const std::string& cgroup_dir);
+// The raw text of <cgroup_dir>/devices.list. Errors carry errno as their code, so callers
+// can tell a removed cgroup (ENOENT/ENODEV, is_cgroup_gone) from a real failure.
+Result<std::string> read_devices_list(const std::string& cgroup_dir);
 
-struct GrantOutcome {
-  DeviceRule rule;
-  int err = 0;  // 0 = written; EPERM = the kernel refused (a parent denies); ENOENT/ENODEV = cgroup gone
-};
-std::vector<GrantOutcome> write_device_grants(const std::string& cgroup_dir, const std::vector<DeviceRule>& rules);
+// One outcome per rule, in order: written, or an error whose code is the errno (EPERM: the
+// kernel refused, a parent denies; ENOENT/ENODEV: the cgroup is gone).
+std::vector<Status> write_device_grants(const std::string& cgroup_dir, const std::vector<DeviceRule>& rules);
 
-// A cgroup that disappeared under us: quietly dropped by callers, not an error.
-bool is_cgroup_gone(int err);
+// What a refused grant's errno means here.
+std::string describe_grant_error(int err);
 
 }  // namespace gdw

@@ -147,6 +147,24 @@ void add_cdi(Collector& out, DesiredDevices& desired, const Inventory& inv, cons
   }
 }
 
+// A device plugin's CDI names: AllocResp cdi_devices (deviceListStrategy cdi-cri) and the
+// values of its `cdi.k8s.io/` annotations (cdi-annotations: comma-separated names). Both
+// are the plugin's reply as kubelet stored it, never the pod's own annotations.
+std::vector<std::string> alloc_resp_cdi_names(const AllocationEntry& entry) {
+  std::vector<std::string> names = entry.cdi_devices;
+  for (const auto& [key, value] : entry.annotations) {
+    if (key.rfind("cdi.k8s.io/", 0) != 0) continue;
+    std::size_t start = 0;
+    while (start <= value.size()) {
+      std::size_t comma = value.find(',', start);
+      if (comma == std::string::npos) comma = value.size();
+      if (comma > start) names.push_back(value.substr(start, comma - start));
+      start = comma + 1;
+    }
+  }
+  return names;
+}
+
 std::optional<DeviceNumber> control_node(const Inventory& inv, const std::string& name) {
   if (auto it = inv.dev_nodes.find(name); it != inv.dev_nodes.end()) return it->second;
   for (const auto& known : kKnownControlNodes) {
@@ -189,7 +207,8 @@ DesiredDevices compute_desired(const std::vector<AllocationEntry>& entries, cons
         add_cdi(out, desired, inventory, name, "DRA claim " + entry.dra_claim + " of " + entry.resource);
       continue;
     }
-    if (entry.device_ids.empty() && entry.device_specs.empty() && entry.cdi_devices.empty()) continue;
+    const std::vector<std::string> cdi_names = alloc_resp_cdi_names(entry);
+    if (entry.device_ids.empty() && entry.device_specs.empty() && cdi_names.empty()) continue;
     desired.holds_gpu = true;
     device_plugin_gpu = true;
     for (const auto& raw_id : entry.device_ids) {
@@ -201,7 +220,7 @@ DesiredDevices compute_desired(const std::vector<AllocationEntry>& entries, cons
       }
     }
     for (const auto& spec : entry.device_specs) add_device_spec(out, desired, inventory, spec);
-    for (const auto& name : entry.cdi_devices) add_cdi(out, desired, inventory, name, entry.resource + " AllocResp");
+    for (const auto& name : cdi_names) add_cdi(out, desired, inventory, name, entry.resource + " AllocResp");
   }
   if (device_plugin_gpu) {
     for (const auto& name : policy.control_names) {

@@ -11,13 +11,12 @@
 // repair is cheap, a log line per repair at hundreds a second is not.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <optional>
 
-namespace gdw {
+#include "core/clock.h"
 
-using Clock = std::chrono::steady_clock;
+namespace gdw {
 
 class RepairBudget {
  public:

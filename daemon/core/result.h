@@ -1,6 +1,8 @@
 // Recoverable errors as values. C++20 has no std::expected, so this is the small subset
 // the project needs: a value or an Error carrying a message that already says what failed
-// and where (file, key, line). Callers add context and log once.
+// and where (file, key, line), and a code when one errno explains it (ENOENT: gone, EPERM:
+// refused), so callers decide on the code and print the message. Callers add context and
+// log once (core/log_once.h).
 #pragma once
 
 #include <optional>
@@ -12,7 +14,10 @@ namespace gdw {
 
 struct Error {
   std::string message;
+  int code = 0;  // the errno behind it, 0 when none
 };
+
+inline Error errno_error(int code, std::string message) { return Error{std::move(message), code}; }
 
 template <class T>
 class [[nodiscard]] Result {
@@ -55,7 +60,7 @@ using Status = Result<void>;
 
 // Prefixes an error with context: "reading /x: permission denied".
 inline Error with_context(const std::string& context, const Error& e) {
-  return Error{context + ": " + e.message};
+  return Error{context + ": " + e.message, e.code};
 }
 
 }  // namespace gdw

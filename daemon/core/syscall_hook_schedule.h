@@ -9,14 +9,13 @@
 #include <chrono>
 #include <optional>
 
+#include "core/clock.h"
 #include "core/config.h"
 
 namespace gdw {
 
 class SyscallHookSchedule {
  public:
-  using Clock = std::chrono::steady_clock;
-
   struct Decision {
     bool attached = false;
     // Decide again at this time (the linger ends) even if nothing else happens.

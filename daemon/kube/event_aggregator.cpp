@@ -9,7 +9,7 @@ constexpr std::chrono::seconds kBudgetPeriod{60};
 
 }  // namespace
 
-MonoClock::time_point EventAggregator::slot(const std::string& pod_uid, MonoClock::time_point now) {
+Clock::time_point EventAggregator::slot(const std::string& pod_uid, Clock::time_point now) {
   auto it = writes_.find(pod_uid);
   if (it == writes_.end()) return now;
   auto& times = it->second;
@@ -22,7 +22,7 @@ MonoClock::time_point EventAggregator::slot(const std::string& pod_uid, MonoCloc
   return times[times.size() - options_.writes_per_minute] + kBudgetPeriod;
 }
 
-EventWrite EventAggregator::write_of(Tracked& t, MonoClock::time_point now) {
+EventWrite EventAggregator::write_of(Tracked& t, Clock::time_point now) {
   writes_[t.state.pod.uid].push_back(now);
   EventWrite w;
   w.create_path = events_path(t.state.pod.pod_namespace);
@@ -41,7 +41,7 @@ EventWrite EventAggregator::write_of(Tracked& t, MonoClock::time_point now) {
   return w;
 }
 
-std::vector<EventWrite> EventAggregator::record(const Incident& incident, MonoClock::time_point now,
+std::vector<EventWrite> EventAggregator::record(const Incident& incident, Clock::time_point now,
                                                 WallClock::time_point wall, bool* invalid) {
   if (invalid) *invalid = false;
   if (!valid_pod_ref(incident.pod)) {
@@ -74,7 +74,7 @@ std::vector<EventWrite> EventAggregator::record(const Incident& incident, MonoCl
   return out;
 }
 
-std::vector<EventWrite> EventAggregator::flush(MonoClock::time_point now) {
+std::vector<EventWrite> EventAggregator::flush(Clock::time_point now) {
   std::vector<Tracked*> due;
   for (auto& [key, t] : events_)
     if (t.pending) due.push_back(&t);
@@ -86,11 +86,11 @@ std::vector<EventWrite> EventAggregator::flush(MonoClock::time_point now) {
   return out;
 }
 
-std::optional<MonoClock::time_point> EventAggregator::next_flush() const {
-  std::optional<MonoClock::time_point> next;
+std::optional<Clock::time_point> EventAggregator::next_flush() const {
+  std::optional<Clock::time_point> next;
   for (const auto& [key, t] : events_) {
     if (!t.pending) continue;
-    MonoClock::time_point at = t.seen;
+    Clock::time_point at = t.seen;
     if (auto w = writes_.find(t.state.pod.uid);
         w != writes_.end() && w->second.size() >= options_.writes_per_minute)
       at = std::max(at, w->second[w->second.size() - options_.writes_per_minute] + kBudgetPeriod);
@@ -99,7 +99,7 @@ std::optional<MonoClock::time_point> EventAggregator::next_flush() const {
   return next;
 }
 
-void EventAggregator::evict(MonoClock::time_point now) {
+void EventAggregator::evict(Clock::time_point now) {
   // Pods that wrote nothing in the last minute have their whole budget: forget them.
   std::erase_if(writes_, [&](const auto& kv) { return kv.second.empty() || now - kv.second.back() >= kBudgetPeriod; });
   while (events_.size() > options_.max_events) {

@@ -16,11 +16,10 @@
 #include <tuple>
 #include <vector>
 
+#include "core/clock.h"
 #include "kube/event_model.h"
 
 namespace gdw::kube {
-
-using MonoClock = std::chrono::steady_clock;
 
 struct EventWrite {
   enum class Verb { kCreate, kPatch } verb = Verb::kCreate;
@@ -46,12 +45,12 @@ class EventAggregator {
   // The incident's writes due now: none when the pod's budget is spent (flush() sends
   // the total later), else one POST or PATCH. Invalid pod references are refused
   // (`invalid` set) and cost nothing.
-  std::vector<EventWrite> record(const Incident& incident, MonoClock::time_point now, WallClock::time_point wall,
+  std::vector<EventWrite> record(const Incident& incident, Clock::time_point now, WallClock::time_point wall,
                                  bool* invalid = nullptr);
   // Writes that waited for their pod's budget and may go now.
-  std::vector<EventWrite> flush(MonoClock::time_point now);
+  std::vector<EventWrite> flush(Clock::time_point now);
   // When flush() next has something to send; nullopt while nothing waits.
-  std::optional<MonoClock::time_point> next_flush() const;
+  std::optional<Clock::time_point> next_flush() const;
 
   std::size_t events() const { return events_.size(); }
 
@@ -61,16 +60,16 @@ class EventAggregator {
     EventState state;
     bool created = false;  // a POST was handed out
     bool pending = false;  // changed since the last write
-    MonoClock::time_point seen;
+    Clock::time_point seen;
   };
   // The earliest moment the pod may write again (now when within budget).
-  MonoClock::time_point slot(const std::string& pod_uid, MonoClock::time_point now);
-  EventWrite write_of(Tracked& t, MonoClock::time_point now);
-  void evict(MonoClock::time_point now);
+  Clock::time_point slot(const std::string& pod_uid, Clock::time_point now);
+  EventWrite write_of(Tracked& t, Clock::time_point now);
+  void evict(Clock::time_point now);
 
   AggregatorOptions options_;
   std::map<Key, Tracked> events_;
-  std::map<std::string, std::deque<MonoClock::time_point>> writes_;  // by pod UID, the last minute's
+  std::map<std::string, std::deque<Clock::time_point>> writes_;  // by pod UID, the last minute's
 };
 
 }  // namespace gdw::kube

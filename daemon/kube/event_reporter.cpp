@@ -79,7 +79,7 @@ Status EventReporter::attach(EventLoop& loop) {
   wake_source_ = std::move(*wake);
   // Lowest priority: repairs first.
   auto timer = loop.add_timer([this] {
-    send(aggregator_.flush(MonoClock::now()));
+    send(aggregator_.flush(Clock::now()));
     schedule_flush();
   }, "events-flush", std::nullopt, 10);
   if (!timer) return timer.error();
@@ -89,7 +89,7 @@ Status EventReporter::attach(EventLoop& loop) {
 
 void EventReporter::report(Cause cause, const IncidentFacts& facts) {
   bool invalid = false;
-  auto writes = aggregator_.record(make_incident(cause, facts), MonoClock::now(), WallClock::now(), &invalid);
+  auto writes = aggregator_.record(make_incident(cause, facts), Clock::now(), WallClock::now(), &invalid);
   if (invalid) {
     metrics_.event_dropped("invalid_object");
     log::debug("no Kubernetes event: the pod reference is not a valid namespace/name/uid");
@@ -107,7 +107,7 @@ void EventReporter::send(std::vector<EventWrite> writes) {
 void EventReporter::schedule_flush() {
   auto next = aggregator_.next_flush();
   if (!next) return;
-  const auto delay = std::max(MonoClock::duration::zero(), *next - MonoClock::now());
+  const auto delay = std::max(Clock::duration::zero(), *next - Clock::now());
   if (auto s = flush_timer_.arm(std::chrono::duration_cast<std::chrono::microseconds>(delay) +
                                 std::chrono::microseconds(1));
       !s) {

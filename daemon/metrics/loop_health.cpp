@@ -4,16 +4,16 @@
 
 namespace gdw {
 
-LoopHealth judge_loop_health(SteadyClock::time_point last_turn, SteadyClock::time_point now,
-                             SteadyClock::duration stale_after) {
+LoopHealth judge_loop_health(Clock::time_point last_turn, Clock::time_point now,
+                             Clock::duration stale_after) {
   LoopHealth h;
   // A beat "from the future" (clock read on another CPU a moment later) counts as now.
-  h.since_turn = now > last_turn ? now - last_turn : SteadyClock::duration::zero();
+  h.since_turn = now > last_turn ? now - last_turn : Clock::duration::zero();
   h.healthy = last_turn.time_since_epoch().count() != 0 && h.since_turn <= stale_after;
   return h;
 }
 
-HttpResponse health_response(const LoopHealth& health, SteadyClock::duration stale_after) {
+HttpResponse health_response(const LoopHealth& health, Clock::duration stale_after) {
   using Seconds = std::chrono::duration<double>;
   char text[160];
   std::snprintf(text, sizeof text, "%s: event loop last turned %.3fs ago (limit %.3fs)\n",

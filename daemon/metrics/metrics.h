@@ -1,6 +1,7 @@
-// Every Prometheus metric gpu-devwatch exports, by name, in one place (metrics.cpp).
-// Per-container series carry namespace/pod/container labels (a node has at most a few
-// hundred pods) and are removed when the container goes away.
+// Every Prometheus metric gpu-devwatch exports, by name, in one place: the table of
+// families in metrics.cpp (name, type, help, label names). Per-container series carry
+// namespace/pod/container labels (a node has at most a few hundred pods) and are removed
+// when the container goes away; every other label takes values from a bounded set.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,9 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -26,6 +29,28 @@ class Family;
 }  // namespace prometheus
 
 namespace gdw {
+
+enum class MetricType { kCounter, kGauge, kHistogram };
+enum class MetricId : std::uint8_t;  // one per family; enumerated beside the table
+
+// One metric family, as data. Adding a metric: an Id, a row, and the method that sets it.
+struct MetricFamilySpec {
+  enum class Series {
+    kOnUse,    // no series until a method makes one
+    kAtStart,  // made at registration: the one unlabeled series, or one per `values`
+  };
+  MetricId id;
+  MetricType type;
+  std::string_view name;
+  std::string_view help;
+  std::vector<std::string_view> labels{};  // the label names of every series
+  Series series = Series::kOnUse;
+  std::vector<std::string_view> values{};  // kAtStart with one label: its bounded values
+  const std::vector<double>* buckets = nullptr;  // histograms
+};
+
+// The table, in registration (and so exposition) order.
+std::span<const MetricFamilySpec> metric_families();
 
 struct ContainerLabels {
   std::string pod_namespace;
@@ -122,53 +147,29 @@ class Metrics {
   MetricsAccess access_;
   Status start_http(const MetricsAccess& access);
 
-  prometheus::Family<prometheus::Counter>* drift_;
-  prometheus::Family<prometheus::Counter>* regrants_;
-  prometheus::Family<prometheus::Histogram>* repair_duration_;
-  prometheus::Histogram* repair_duration_all_;
-  prometheus::Family<prometheus::Counter>* throttled_;
-  prometheus::Gauge* watched_;
-  prometheus::Gauge* missing_;
-  prometheus::Gauge* unidentified_;
-  prometheus::Gauge* fighting_;
-  prometheus::Gauge* checksum_valid_;
-  prometheus::Gauge* checkpoint_loaded_;
-  prometheus::Family<prometheus::Counter>* loop_errors_;
-  prometheus::Family<prometheus::Counter>* resyncs_;
-  prometheus::Histogram* resync_duration_;
-  prometheus::Counter* inotify_overflows_;
-  prometheus::Family<prometheus::Counter>* config_reloads_;
-  prometheus::Gauge* probe_loaded_;
-  prometheus::Gauge* syscall_hook_attached_;
-  prometheus::Family<prometheus::Counter>* pod_resources_calls_;
-  // Created at the first call: a node that never asks PodResources exports neither.
-  prometheus::Family<prometheus::Gauge>* pod_resources_up_;
-  prometheus::Family<prometheus::Gauge>* pod_resources_latency_;
-  prometheus::Gauge* disagreements_;
-  prometheus::Gauge* ambiguous_pod_identities_;
-  prometheus::Gauge* identity_conflicts_;
-  prometheus::Gauge* cdi_spec_errors_;
-  prometheus::Gauge* cdi_unresolved_devices_;
-  prometheus::Gauge* checkpoint_stale_;
-  prometheus::Family<prometheus::Gauge>* device_programs_;
-  prometheus::Counter* programs_replaced_;
-  prometheus::Gauge* checkpoint_unknown_devices_;
-  prometheus::Family<prometheus::Counter>* remediations_;
-  prometheus::Family<prometheus::Gauge>* remediation_held_;
-  prometheus::Family<prometheus::Gauge>* plugin_up_;
-  prometheus::Family<prometheus::Gauge>* plugin_latency_;
-  prometheus::Gauge* checkpoint_last_write_;
-  prometheus::Gauge* newest_container_start_;
-  prometheus::Gauge* checkpoint_lag_;
+  // A registered family by MetricId: the family of its type and, for an unlabeled one
+  // made at start, that series (kept: prometheus-cpp's Add() allocates on every call).
+  struct Registered {
+    prometheus::Family<prometheus::Counter>* counters = nullptr;
+    prometheus::Family<prometheus::Gauge>* gauges = nullptr;
+    prometheus::Family<prometheus::Histogram>* histograms = nullptr;
+    prometheus::Counter* counter = nullptr;
+    prometheus::Gauge* gauge = nullptr;
+    prometheus::Histogram* histogram = nullptr;
+  };
+  std::vector<Registered> families_;
+  void register_family(const MetricFamilySpec& spec);
+  const Registered& family(MetricId id) const;
+  prometheus::Family<prometheus::Counter>& counters(MetricId id) const;
+  prometheus::Family<prometheus::Gauge>& gauges(MetricId id) const;
+  prometheus::Counter& counter(MetricId id) const;  // the unlabeled series
+  prometheus::Gauge& gauge(MetricId id) const;
+  prometheus::Histogram& histogram(MetricId id) const;
+
   double checkpoint_last_write_seconds_ = 0;
   double newest_container_start_seconds_ = 0;
   void update_checkpoint_lag();
-  prometheus::Family<prometheus::Counter>* revocations_;
-  prometheus::Family<prometheus::Counter>* denied_opens_;
-  prometheus::Counter* ring_buffer_drops_;
   std::uint64_t ring_buffer_drops_seen_ = 0;
-  prometheus::Counter* events_sent_;
-  prometheus::Family<prometheus::Counter>* events_dropped_;
 
   // Which per-container series exist, to remove them with the container.
   struct Series {
@@ -176,9 +177,6 @@ class Metrics {
     prometheus::Counter* counter;
   };
   std::map<ContainerLabels, std::vector<Series>> by_container_;
-  prometheus::Family<prometheus::Gauge>* exposed_devices_;
-  prometheus::Gauge* containers_exposed_;
-  prometheus::Gauge* env_visible_containers_;
   std::map<ContainerLabels, std::size_t> exposed_;  // GPU containers' exposed device counts
   std::set<ContainerLabels> env_visible_;
   void update_exposure_totals();

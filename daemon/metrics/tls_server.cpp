@@ -13,12 +13,12 @@
 #include <csignal>
 #include <cstring>
 
+#include "core/clock.h"
 #include "metrics/tls_context.h"
 
 namespace gdw {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr std::size_t kMaxHead = 16384;
 
 std::string_view trim(std::string_view s) {

@@ -2,6 +2,10 @@
 
 namespace gdw {
 
+bool persist_in_scope(const ContainerTarget& target) {
+  return target.cgroup.leaf.driver == CgroupDriver::kSystemd && target.scope_restricts_devices != false;
+}
+
 AllocationIndex::AllocationIndex(const std::vector<AllocationEntry>& entries, const DesiredPolicy& policy) {
   for (const auto& e : entries) {
     if (!entry_watched(policy, e)) continue;

@@ -61,7 +61,16 @@ struct ContainerTarget {
   std::optional<EnvVisibleGpus> env_visible;
   // kGpu: wanted nodes the next re-apply would revoke (set by NodeModel::resolve).
   Exposure exposure;
+  // kGpu, systemd driver: whether the scope's own device policy restricts anything
+  // (DevicePolicy= other than auto, or a DeviceAllow= entry); nullopt when its unit files
+  // could not be read (systemd.unit_dirs). Adding DeviceAllow= to a scope that restricts
+  // nothing (crun's) would make systemd start enforcing: it must not be persisted there.
+  std::optional<bool> scope_restricts_devices;
 };
+
+// Whether a repair's grant is worth adding to the scope's DeviceAllow=: systemd driver, and
+// the scope is not known to restrict nothing.
+bool persist_in_scope(const ContainerTarget& target);
 
 // Who the container in `cgroup` is. The pod UID is always the cgroup path's (the kernel
 // enforces it); the bundle gives the names, from its runtime's own keys only

@@ -90,10 +90,13 @@ void apply_unit_text(std::string_view text, ScopeDeviceAllow& into) {
   }
 }
 
+bool scope_restricts_devices(const ScopeDeviceAllow& scope) {
+  return scope.device_policy != "auto" || !scope.entries.empty();
+}
+
 bool device_allow_allows(const ScopeDeviceAllow& scope, const Inventory& inventory, const DeviceNumber& dev,
                          std::uint8_t access) {
-  // DevicePolicy=auto without any DeviceAllow= restricts nothing.
-  if (scope.device_policy == "auto" && scope.entries.empty()) return true;
+  if (!scope_restricts_devices(scope)) return true;
   std::uint8_t granted = 0;
   for (const auto& e : scope.entries)
     if (entry_matches(e, inventory, dev)) granted |= e.access;

@@ -38,6 +38,10 @@ struct ScopeDeviceAllow {
   bool operator==(const ScopeDeviceAllow&) const = default;
 };
 
+// Whether systemd restricts the scope's devices at all: DevicePolicy=auto without any
+// DeviceAllow= entry allows everything (and a reload changes nothing).
+bool scope_restricts_devices(const ScopeDeviceAllow& scope);
+
 // Applies one unit file's or drop-in's DeviceAllow= and DevicePolicy= assignments, in order,
 // to `into` (an empty DeviceAllow= resets the list, as in systemd). Other keys are ignored.
 void apply_unit_text(std::string_view text, ScopeDeviceAllow& into);

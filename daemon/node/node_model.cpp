@@ -144,18 +144,24 @@ void NodeModel::set_nvml_answer(NvmlAnswer answer) {
 ContainerTarget NodeModel::resolve(const DiscoveredContainer& cgroup) {
   ContainerTarget t = resolve_container(cgroup, bundles_.find_or_load(cgroup.leaf.container_id), allocations_,
                                         inventory_, policy());
-  if (t.kind == TargetKind::kGpu && t.bundle) t.exposure = exposure_of(t);
+  if (t.kind == TargetKind::kGpu && t.bundle) add_scope_policy(t);
   return t;
 }
 
-Exposure NodeModel::exposure_of(const ContainerTarget& t) const {
-  if (t.cgroup.leaf.driver != CgroupDriver::kSystemd)
-    return compute_exposure(t.desired.wanted, t.bundle->info.device_rules, nullptr, inventory_);
+void NodeModel::add_scope_policy(ContainerTarget& t) const {
+  if (t.cgroup.leaf.driver != CgroupDriver::kSystemd) {
+    t.exposure = compute_exposure(t.desired.wanted, t.bundle->info.device_rules, nullptr, inventory_);
+    return;
+  }
   // systemd driver: a daemon-reload re-applies the scope's DeviceAllow= as well.
   auto scope = read_scope_device_allow(config_.systemd.unit_dirs, scope_unit_of(t.cgroup.cgroup_dir));
-  if (!scope)
-    return compute_exposure(t.desired.wanted, t.bundle->info.device_rules, nullptr, inventory_, scope.error().message);
-  return compute_exposure(t.desired.wanted, t.bundle->info.device_rules, &*scope, inventory_);
+  if (!scope) {
+    t.exposure =
+        compute_exposure(t.desired.wanted, t.bundle->info.device_rules, nullptr, inventory_, scope.error().message);
+    return;
+  }
+  t.scope_restricts_devices = scope_restricts_devices(*scope);
+  t.exposure = compute_exposure(t.desired.wanted, t.bundle->info.device_rules, &*scope, inventory_);
 }
 
 }  // namespace gdw

@@ -81,7 +81,8 @@ class NodeModel {
   ContainerTarget resolve(const DiscoveredContainer& cgroup);
   // A GPU container's exposure (node/exposure.h); reads its scope's unit files on the
   // systemd driver (systemd.unit_dirs).
-  Exposure exposure_of(const ContainerTarget& target) const;
+  // Exposure, and on the systemd driver whether the scope restricts devices at all.
+  void add_scope_policy(ContainerTarget& target) const;
 
  private:
   void add_device_spec_nodes();

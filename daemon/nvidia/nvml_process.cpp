@@ -18,11 +18,12 @@
 #include <mutex>
 #include <utility>
 
+#include "core/clock.h"
+
 namespace gdw {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 // A real answer is a few hundred bytes per GPU; more means something is wrong.
 constexpr std::size_t kMaxAnswer = 1 << 20;

@@ -1,11 +1,8 @@
 // The daemon's side of Kubernetes Events: who the pod is and what happened, from what the
 // daemon already knows about the container (kube/ does the rest, off the loop).
 #include "service/daemon.h"
-#include "service/daemon_internal.h"
 
 namespace gdw {
-
-using namespace daemon_internal;
 
 void Daemon::start_events() {
   events_.reset();  // joins the old worker; its in-flight request is aborted
@@ -21,12 +18,12 @@ void Daemon::report_event(const Watched& w, kube::Cause cause, const std::vector
   f.container = w.target.identity->container_name;
   for (const auto& d : devices) f.devices.push_back(d.name);
   // Who revoked, when the probe saw the write that this repair (or this loss) answers.
-  const auto at = cause == kube::Cause::kRevoked ? w.unlogged_trigger : Clock::now();
-  if (w.last_revocation && explains(w.last_revocation->at, at)) {
+  const auto at = cause == kube::Cause::kRevoked ? w.unlogged.trigger : Clock::now();
+  if (w.last_revocation && names_repair(*w.last_revocation, at)) {
     f.writer = w.last_revocation->writer;
     f.writer_detail = w.last_revocation->detail;
   }
-  f.repair_time = std::chrono::duration_cast<std::chrono::nanoseconds>(w.unlogged_repair_time);
+  f.repair_time = std::chrono::duration_cast<std::chrono::nanoseconds>(w.unlogged.repair_time);
   f.problem = problem;
   events_->report(cause, f);
 }

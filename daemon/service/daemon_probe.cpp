@@ -11,12 +11,9 @@
 #include "core/writer_name.h"
 #include "log/log.h"
 #include "service/daemon.h"
-#include "service/daemon_internal.h"
 
 namespace gdw {
 namespace {
-
-using namespace daemon_internal;
 
 // Denied opens of one device in one container are logged at most this often.
 constexpr Clock::duration kDeniedOpenLogInterval = std::chrono::minutes(1);
@@ -96,7 +93,7 @@ void Daemon::load_probe() {
     log::warn("denied opens of non-GPU paths are not counted: " + counts.error().message);
   hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
                          probe_->rule_writes_need_syscall_hook());
-  hook_error_logged_ = false;
+  hook_error_.reset();
   probe_status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
   if (probe_->rule_writes_need_syscall_hook()) {
     log::info("eBPF probe loaded; this kernel has no cap_capable tracepoint (< 6.14), so rule writers are named "
@@ -115,10 +112,9 @@ void Daemon::maintain_syscall_hook(bool drift) {
   const auto decision = hook_schedule_->update(drift, now);
   if (decision.attached != probe_->syscall_hook_attached()) {
     if (auto s = probe_->set_syscall_hook(decision.attached); !s) {
-      if (!hook_error_logged_) log::error("probe: " + s.error().message + "; denied opens are not reported");
-      hook_error_logged_ = true;
+      if (hook_error_.first()) log::error("probe: " + s.error().message + "; denied opens are not reported");
     } else {
-      hook_error_logged_ = false;
+      hook_error_.reset();
       log::info(std::string("probe syscall hook ") + (decision.attached ? "attached" : "detached") + " (" +
                 decision.reason + ")" + (decision.attached ? ": reporting denied opens of GPU nodes" : ""));
     }
@@ -154,13 +150,6 @@ void Daemon::watch_in_probe(Watched& w) {
   }
 }
 
-Daemon::Watched* Daemon::container_by_cgroup_id(std::uint64_t id) {
-  auto dir = dir_by_cgroup_id_.find(id);
-  if (dir == dir_by_cgroup_id_.end()) return nullptr;
-  auto it = containers_.find(dir->second);
-  return it == containers_.end() ? nullptr : &it->second;
-}
-
 void Daemon::on_probe() {
   // At most kProbeRecordsPerTurn: the rest keeps the fd readable for a later turn.
   auto n = probe_->consume([this](const ProbeEvent& ev) {
@@ -191,41 +180,49 @@ void Daemon::on_probe() {
 }
 
 void Daemon::on_rule_write(const RuleWriteEvent& ev) {
-  Watched* w = container_by_cgroup_id(ev.target_cgroup_id);
+  Watched* w = containers_.by_cgroup_id(ev.target_cgroup_id);
   // A write refused at the permission check is known to have failed; one seen before the
   // kernel parsed it is taken at its word (a deny rule that parses is applied, bar a
   // cgroup with children refusing "a"), and its result, when the hook reports it, can
   // still withdraw the attribution.
-  if (!w || w->target.kind != TargetKind::kGpu || !ev.deny || (ev.result && *ev.result < 0)) return;
+  if (!w || !ev.deny || (ev.result && *ev.result < 0)) return;
   if (ev.writer.pid == ::getpid()) return;
   auto rule = parse_device_rule(ev.rule);
   if (!rule) return;
-  // It revokes when it matches a wanted device and takes away some of the access it needs.
-  const bool revoking = std::any_of(w->target.desired.wanted.begin(), w->target.desired.wanted.end(),
-                                    [&](const WantedDevice& d) {
-                                      if (rule->type == DeviceType::kAll) return true;
-                                      const DeviceRule numbers{rule->type, rule->major, rule->minor, kAccessAll};
-                                      return rule_covers(numbers, d.dev, kAccessAll) && (rule->access & d.access) != 0;
-                                    });
-  if (!revoking) return;
+  // A GPU container: it revokes when it matches a wanted device and takes away some of the
+  // access it needs. Any other container may be a GPU container whose allocation record
+  // is still on its way: its deny rules are kept (bounded) for its first repair, while it
+  // is young (a record is late by seconds, not more; old containers cost nothing here).
+  const bool gpu = w->is_gpu();
+  if (gpu && !rule_revokes(*rule, w->target.desired.wanted)) return;
+  if (!gpu && Clock::now() - w->first_seen > PendingRevocations::kMaxAge) return;
   Actor actor = describe_actor(ev.writer, "writing '" + ev.rule + "' to devices.deny");
-  Watched::Revocation r;
+  Revocation r;
   r.writer = std::move(actor.writer);
   r.detail = std::move(actor.detail);
   r.at = from_ktime(ev.ktime_ns);
   r.tid = ev.writer.tid;
   r.ktime_ns = ev.ktime_ns;
+  r.rule = *rule;
+  if (!gpu) {
+    w->pending_revocations.add(std::move(r), Clock::now());
+    return;
+  }
   w->last_revocation = std::move(r);
   metrics_.revocation(w->last_revocation->writer);
-  if (!w->unlogged_grants.empty()) log_grants(*w);
+  if (!w->unlogged.grants.empty()) log_grants(*w);
 }
 
 void Daemon::on_rule_write_result(const RuleWriteResultEvent& ev) {
   if (ev.result >= 0) return;
-  Watched* w = container_by_cgroup_id(ev.target_cgroup_id);
-  if (!w || w->target.kind != TargetKind::kGpu) return;
+  Watched* w = containers_.by_cgroup_id(ev.target_cgroup_id);
+  if (!w) return;
+  if (!w->is_gpu()) {
+    w->pending_revocations.withdraw(ev.tid, ev.write_ktime_ns);
+    return;
+  }
   log::debug("rule write by pid " + std::to_string(ev.pid) + " failed: " + std::strerror(static_cast<int>(-ev.result)),
-             fields_of(w->labels, w->cgroup.cgroup_dir));
+             w->log_fields());
   // It revoked nothing: a repair must not name it.
   if (w->last_revocation && w->last_revocation->tid == ev.tid && w->last_revocation->ktime_ns == ev.write_ktime_ns)
     w->last_revocation.reset();
@@ -233,9 +230,10 @@ void Daemon::on_rule_write_result(const RuleWriteResultEvent& ev) {
 
 void Daemon::on_device_program_load(const DeviceProgramLoadEvent& ev) {
   // With the syscall hook attached the attach itself is reported (on_device_program).
-  if (!v2() || ev.caller.pid == ::getpid() || probe_->syscall_hook_attached()) return;
+  if (!access_ || !access_->policy_in_programs() || ev.caller.pid == ::getpid() || probe_->syscall_hook_attached())
+    return;
   Actor actor = describe_actor(ev.caller, "loading a device program");
-  Watched::Revocation r;
+  Revocation r;
   r.writer = std::move(actor.writer);
   r.detail = std::move(actor.detail);
   r.at = from_ktime(ev.ktime_ns);
@@ -253,14 +251,11 @@ void Daemon::on_device_program_load(const DeviceProgramLoadEvent& ev) {
 }
 
 void Daemon::sweep_device_programs() {
-  if (!v2()) return;
-  const Watched::Revocation* cause =
+  if (!access_ || !access_->policy_in_programs()) return;
+  const Revocation* cause =
       program_loader_ && explains(program_loader_->at, Clock::now()) ? &*program_loader_ : nullptr;
-  std::vector<std::string> dirs;
-  for (const auto& [dir, w] : containers_)
-    if (w.target.kind == TargetKind::kGpu) dirs.push_back(dir);
-  for (const auto& dir : dirs)
-    if (auto it = containers_.find(dir); it != containers_.end()) check_and_repair(it->second, Clock::now(), cause);
+  for (const auto& dir : containers_.dirs([](const Watched& w) { return w.is_gpu(); }))
+    if (Watched* w = containers_.find(dir)) check_and_repair(*w, Clock::now(), cause);
   update_gauges();
   if (++program_sweep_step_ < std::size(kProgramSweep))
     arm_or_log(program_sweep_timer_, kProgramSweep[program_sweep_step_] - kProgramSweep[program_sweep_step_ - 1],
@@ -268,8 +263,8 @@ void Daemon::sweep_device_programs() {
 }
 
 void Daemon::on_denied_open(const DeniedOpenEvent& ev) {
-  Watched* w = container_by_cgroup_id(ev.opener.devices_cgroup_id);
-  if (!w) w = container_by_cgroup_id(ev.opener.cgroup_id);
+  Watched* w = containers_.by_cgroup_id(ev.opener.devices_cgroup_id);
+  if (!w) w = containers_.by_cgroup_id(ev.opener.cgroup_id);
   if (!w || w->target.kind != TargetKind::kGpu) return;
   std::string device = "other";
   for (const auto& d : w->target.desired.wanted)
@@ -279,7 +274,7 @@ void Daemon::on_denied_open(const DeniedOpenEvent& ev) {
   auto& last = w->denied_open_logged[device];
   if (last != Clock::time_point{} && now - last < kDeniedOpenLogInterval) return;
   last = now;
-  log::Fields f = fields_of(w->labels, w->cgroup.cgroup_dir);
+  log::Fields f = w->log_fields();
   f.device = device;
   log::warn("open(" + ev.path + ") of c " + std::to_string(ev.major) + ":" + std::to_string(ev.minor) +
                 " denied (EPERM) for pid " + std::to_string(ev.opener.pid) + " (" + ev.opener.comm + ")",
@@ -300,8 +295,8 @@ void Daemon::collect_other_denied_opens() {
 }
 
 void Daemon::on_device_program(const DeviceProgramEvent& ev) {
-  if (!v2() || ev.caller.pid == ::getpid() || ev.result < 0) return;
-  Watched* w = container_by_cgroup_id(ev.target_cgroup_id);
+  if (!access_ || !access_->policy_in_programs() || ev.caller.pid == ::getpid() || ev.result < 0) return;
+  Watched* w = containers_.by_cgroup_id(ev.target_cgroup_id);
   if (!w || w->target.kind != TargetKind::kGpu) return;
   using Command = DeviceProgramEvent::Command;
   const char* what = ev.command == Command::kProgAttach   ? "attaching"
@@ -310,7 +305,7 @@ void Daemon::on_device_program(const DeviceProgramEvent& ev) {
                      : ev.command == Command::kLinkUpdate ? "updating the link of"
                                                           : "detaching the link of";
   Actor actor = describe_actor(ev.caller, std::string(what) + " device program " + std::to_string(ev.prog_id));
-  Watched::Revocation r;
+  Revocation r;
   r.writer = std::move(actor.writer);
   r.detail = std::move(actor.detail);
   r.at = from_ktime(ev.ktime_ns);

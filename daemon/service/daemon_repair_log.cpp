@@ -1,16 +1,20 @@
-// Rate-limited repair log lines: in a fight loop every repair is still made at once, but
-// the journal gets the first repair.log_burst lines of a container and then one line per
-// repair.log_interval that counts the others (RepairLogLimit decides; this writes).
+// Repair log lines. A repair's line waits briefly for the probe's record of who revoked
+// (kAttributionWait), then names the writer. In a fight loop every repair is still made at
+// once, but the journal gets the first repair.log_burst lines of a container and then one
+// line per repair.log_interval that counts the others (RepairLogLimit decides; this writes).
 #include <cstdio>
 
+#include "log/log.h"
 #include "service/daemon.h"
-#include "service/daemon_internal.h"
 
 namespace gdw {
+namespace {
 
-using namespace daemon_internal;
+// How long a repair's log line waits for the probe's record of the revoking write.
+constexpr Clock::duration kAttributionWait = std::chrono::milliseconds(20);
 
-std::string daemon_internal::unlogged_repairs_text(std::uint64_t repairs, Clock::duration over) {
+// "N more repairs in the last X s not logged ...": what a rate-limited repair log line adds.
+std::string unlogged_repairs_text(std::uint64_t repairs, Clock::duration over) {
   char text[160];
   std::snprintf(text, sizeof text, "%llu more repair%s in the last %.1fs not logged (repair.log_burst, repair.log_interval)",
                 static_cast<unsigned long long>(repairs), repairs == 1 ? "" : "s",
@@ -18,11 +22,58 @@ std::string daemon_internal::unlogged_repairs_text(std::uint64_t repairs, Clock:
   return text;
 }
 
+}  // namespace
+
+void Daemon::wait_for_attribution(Watched& w) {
+  if (!w.log_timer) {
+    const std::string key = w.cgroup.cgroup_dir;
+    auto t = loop_->add_timer([this, key] {
+      if (Watched* c = containers_.find(key)) log_grants(*c);
+    }, "grant-log");
+    if (!t) {
+      log_grants(w);
+      return;
+    }
+    w.log_timer = std::move(*t);
+  }
+  if (!w.log_timer.armed()) arm_or_log(w.log_timer, kAttributionWait, "grant-log");
+}
+
+void Daemon::log_grants(Watched& w) {
+  if (w.unlogged.grants.empty()) return;
+  w.log_timer.disarm();
+  // Every repair is reported (the event reporter has its own per-pod budget); its log line
+  // only within repair.log_burst / repair.log_interval, formatted only when written.
+  report_event(w, kube::Cause::kRevoked, w.unlogged.grants);
+  const auto line = w.log_limit.on_repair(Clock::now());
+  if (!line.log) {
+    if (line.summary_at) schedule_repair_log_summary(w, *line.summary_at);
+    w.unlogged.grants.clear();
+    w.unlogged.trigger = {};
+    return;
+  }
+  log::Fields f = w.log_fields();
+  const std::string names = device_names(w.unlogged.grants), rules = grant_rules_text(w.unlogged.grants);
+  f.device = names;
+  f.rule = rules;
+  std::string message = "granted back " + names;
+  std::string writer;
+  if (w.last_revocation && names_repair(*w.last_revocation, w.unlogged.trigger)) {
+    writer = w.last_revocation->writer;
+    f.writer = writer;
+    message += "; revoked by " + w.last_revocation->detail;
+  }
+  if (line.unlogged > 0) message += "; " + unlogged_repairs_text(line.unlogged, line.since_last_line);
+  log::info(message, f);
+  w.unlogged.grants.clear();
+  w.unlogged.trigger = {};
+}
+
 void Daemon::schedule_repair_log_summary(Watched& w, Clock::time_point at) {
   if (!w.log_summary_timer) {
     const std::string key = w.cgroup.cgroup_dir;
     auto t = loop_->add_timer([this, key] {
-      if (auto it = containers_.find(key); it != containers_.end()) log_repair_summary(it->second);
+      if (Watched* c = containers_.find(key)) log_repair_summary(*c);
     }, "repair-log-summary");
     if (!t) return;  // add_timer logged it; the count goes out with the next line instead
     w.log_summary_timer = std::move(*t);
@@ -36,7 +87,7 @@ void Daemon::schedule_repair_log_summary(Watched& w, Clock::time_point at) {
 void Daemon::log_repair_summary(Watched& w) {
   const auto summary = w.log_limit.take_summary(Clock::now());
   if (!summary) return;  // a later line already carried the count
-  log::Fields f = fields_of(w.labels, w.cgroup.cgroup_dir);
+  log::Fields f = w.log_fields();
   std::string message = "devices granted back again: " + unlogged_repairs_text(summary->unlogged, summary->since_last_line);
   if (w.last_revocation) {
     f.writer = w.last_revocation->writer;

@@ -96,12 +96,8 @@ void NodeHealthMonitor::take_pod_resources(std::vector<PodResourcesContainer> co
   const auto& merged = node_.merged();
   metrics_.set_allocation_disagreements(merged.disagreements.size());
   std::set<std::string> now;
-  for (const auto& d : merged.disagreements) {
-    std::string text = describe(d);
-    if (!disagreements_logged_.count(text)) log::warn("checkpoint and PodResources disagree: " + text);
-    now.insert(std::move(text));
-  }
-  disagreements_logged_ = std::move(now);
+  for (const auto& d : merged.disagreements) now.insert(describe(d));
+  for (const auto& text : disagreements_logged_.still(now)) log::warn("checkpoint and PodResources disagree: " + text);
   hooks_.on_allocations_changed();
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/log_once.h"
 #include "kubeletapi/device_plugins.h"
 #include "kubeletapi/pod_resources.h"
 #include "kubeletapi/remediation.h"
@@ -83,7 +84,7 @@ class NodeHealthMonitor {
   EventSource pod_resources_timer_;
   std::optional<std::string> pod_resources_state_;  // last logged: "ok" or the error kind
   bool pod_resources_answered_ = false;
-  std::set<std::string> disagreements_logged_;
+  LogOncePer<std::string> disagreements_logged_;  // logged once each while they last
 
   std::unique_ptr<DevicePluginProber> prober_;
   EventSource prober_io_;

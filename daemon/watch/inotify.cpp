@@ -26,10 +26,13 @@ Inotify::~Inotify() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Inotify::AddResult Inotify::add(const std::string& path, std::uint32_t mask) {
+Result<int> Inotify::add(const std::string& path, std::uint32_t mask) {
   int wd = ::inotify_add_watch(fd_, path.c_str(), mask);
-  if (wd < 0) return AddResult{-1, errno};
-  return AddResult{wd, 0};
+  if (wd < 0) {
+    const int err = errno;
+    return errno_error(err, "cannot watch " + path + ": " + std::strerror(err));
+  }
+  return wd;
 }
 
 void Inotify::remove(int wd) {

@@ -21,12 +21,8 @@ class Inotify {
   ~Inotify();
 
   int fd() const { return fd_; }
-  // Returns the watch descriptor. Errors carry errno in err (ENOENT: the path is gone).
-  struct AddResult {
-    int wd = -1;
-    int err = 0;
-  };
-  AddResult add(const std::string& path, std::uint32_t mask);
+  // The watch descriptor. Errors carry errno as their code (ENOENT: the path is gone).
+  Result<int> add(const std::string& path, std::uint32_t mask);
   void remove(int wd);
 
   struct Event {

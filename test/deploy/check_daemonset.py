@@ -178,6 +178,7 @@ def main():
              ("kubelet.device_plugins_dir", effective["kubelet.device_plugins_dir"],
               defaults["kubelet.device_plugins_dir"], effective["kubelet.remediate_stale_checkpoint"])]
     needs += [(f"runtime.state_dirs[{i}]", d, d, False) for i, d in enumerate(effective["runtime.state_dirs"])]
+    needs += [(f"cdi.spec_dirs[{i}]", d, d, False) for i, d in enumerate(effective.get("cdi.spec_dirs", []))]
     if effective["probe.enabled"]:
         needs.append(("probe (kernel BTF)", "/sys/kernel/btf/vmlinux", "/sys/kernel/btf/vmlinux", False))
     if effective["systemd.bus_address"] == "":

@@ -3,8 +3,8 @@
 
 usage: check_metric_names.py SOURCE_DIR
 
-The exported names are the .Name("...") of every family registered in
-daemon/metrics/metrics.cpp; a histogram exports NAME_bucket, NAME_sum and NAME_count, never
+The exported names are those of the rows of the family table in
+daemon/metrics/metrics.cpp ({Id::k..., Type::kCounter, "name", ...}); a histogram exports NAME_bucket, NAME_sum and NAME_count, never
 NAME itself. Every gpu_devwatch_* token in the alert rules, their tests and the Grafana
 dashboard's queries must be one of those, or be listed in test/deploy/pending-metrics.txt
 (metrics being added elsewhere). A pending name that metrics.cpp now exports is reported
@@ -16,7 +16,7 @@ import re
 import sys
 
 METRIC = re.compile(r"\bgpu_devwatch_[a-z0-9_]*[a-z0-9]")
-FAMILY = re.compile(r"Build(Counter|Gauge|Histogram)\(\)\s*\.Name\(\"([^\"]+)\"\)")
+FAMILY = re.compile(r"Type::k(Counter|Gauge|Histogram),\s*\"([^\"]+)\"")
 
 
 def exported_names(metrics_cpp):
@@ -28,7 +28,7 @@ def exported_names(metrics_cpp):
         else:
             names.add(name)
     if not names:
-        raise SystemExit(f"{metrics_cpp}: no metric families found (has the registration style changed?)")
+        raise SystemExit(f"{metrics_cpp}: no metric families found (has the table's row style changed?)")
     return names
 
 

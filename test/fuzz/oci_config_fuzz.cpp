@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/env_visible.h"
 #include "runtime/oci_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -18,6 +19,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (info->runtime == gdw::RuntimeKind::kUnknown &&
         (!info->pod_name.empty() || !info->container_name.empty() || !info->pod_namespace.empty()))
       std::abort();
+    // NVIDIA_VISIBLE_DEVICES (tenant input) stays bounded, and so does what its parser keeps.
+    if (info->nvidia_visible_devices) {
+      if (info->nvidia_visible_devices->size() > gdw::kMaxEnvValue + 1) std::abort();
+      auto request = gdw::parse_visible_devices(*info->nvidia_visible_devices);
+      if (request.uuids.size() + request.indices.size() > gdw::kMaxVisibleDevicesEntries) std::abort();
+    }
   }
   return 0;
 }

@@ -20,6 +20,7 @@ void require(bool condition) {
 }
 
 const std::vector<std::string> kGlobs = {"nvidia.com/gpu", "nvidia.com/mig-*"};
+const std::vector<std::string> kDraDrivers = {"gpu.*"};
 
 }  // namespace
 
@@ -53,10 +54,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (auto mode : {gdw::AllocationSource::kAuto, gdw::AllocationSource::kPodResources,
                     gdw::AllocationSource::kCheckpoint}) {
     gdw::AllocationSources sources{&checkpoint, &listed, &live};
-    gdw::MergedAllocations merged = gdw::merge_allocations(sources, mode, kGlobs);
-    std::set<std::tuple<std::string, std::string, std::string>> keys;
+    gdw::MergedAllocations merged = gdw::merge_allocations(sources, mode, kGlobs, kDraDrivers);
+    std::set<std::tuple<std::string, std::string, std::string, std::string>> keys;
     for (const auto& e : merged.entries) {
-      require(keys.insert({e.pod_uid, e.container_name, e.resource}).second);
+      require(keys.insert({e.pod_uid, e.container_name, e.resource, e.dra_claim}).second);
+      // DRA claims come from PodResources alone: never in mode checkpoint, only to the
+      // single live UID of their pod's name, and only claims with CDI devices.
+      if (!e.dra_claim.empty()) {
+        require(mode != gdw::AllocationSource::kCheckpoint && !e.cdi_devices.empty() && e.device_ids.empty());
+        bool unique_live = false;
+        for (const auto& [name, pod] : live.pods) unique_live |= pod.uid == e.pod_uid;
+        require(unique_live && live.unnamed_uids.empty());
+        continue;
+      }
       bool unique_live = false;
       for (const auto& [name, pod] : live.pods) unique_live |= pod.uid == e.pod_uid;
       require(checkpoint_uids.count(e.pod_uid) > 0 || (unique_live && live.unnamed_uids.empty()));

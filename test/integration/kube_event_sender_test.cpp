@@ -45,7 +45,7 @@ std::vector<EventWrite> incident_writes(kube::EventAggregator& agg, int n) {
   f.devices = {"nvidia0"};
   std::vector<EventWrite> out;
   for (int i = 0; i < n; ++i)
-    for (auto& w : agg.record(kube::make_incident(kube::Cause::kRevoked, f), kube::MonoClock::now(),
+    for (auto& w : agg.record(kube::make_incident(kube::Cause::kRevoked, f), Clock::now(),
                               kube::WallClock::now()))
       out.push_back(std::move(w));
   return out;

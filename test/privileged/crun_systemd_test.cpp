@@ -6,10 +6,13 @@
 // the container's cgroup. The spec lacks the GPU: the daemon and `check --repair` find the
 // layout and grant it, proven with open() through `crun exec` inside the nspawn container.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -137,7 +140,8 @@ class CrunSystemd : public ::testing::TestWithParam<Case> {
             "\n  device_plugins_dir: " + files_ / "kubelet" + "\n  pod_resources_socket: " + files_ / "none.sock" +
             "\nruntime:\n  state_dirs: [" + systemd_->root_path("/run/gdw-bundles") + "]\ndevices:\n  dev_root: " +
             files_ / "dev" + "\n  proc_root: " + files_ / "proc" + "\nsystemd:\n  bus_address: " +
-            systemd_->bus_address() + "\nmetrics:\n  listen: 127.0.0.1:" + std::to_string(port) +
+            systemd_->bus_address() + "\n  unit_dirs: [" + systemd_->root_path("/run/systemd/system.control") + ", " +
+            systemd_->root_path("/run/systemd/transient") + "]" + "\nmetrics:\n  listen: 127.0.0.1:" + std::to_string(port) +
             "\ndaemon:\n  program_query_interval: 300ms\nlog:\n  level: debug\n");
   }
 
@@ -189,9 +193,15 @@ TEST_P(CrunSystemd, TheScopeLayoutIsFoundAndTheGpuGranted) {
   }
   EXPECT_EQ(open_errno("/gpu/nvidia-uvm"), ENXIO);
   EXPECT_EQ(open_errno("/gpu/nvidia1"), EPERM) << "not allocated";
-  for (const char* path : {"/gpu/nvidiactl", "/gpu/tun", "/gpu/pts9", "/gpu/console"})
-    EXPECT_EQ(open_errno(path), before_[path]) << path << " decided as crun decided it"
-                                               << (daemon ? "\n" + daemon->output() : std::string());
+  for (const char* path : {"/gpu/nvidiactl", "/gpu/tun", "/gpu/pts9"})
+    EXPECT_EQ(open_errno(path), before_[path]) << path << " decided as crun decided it";
+  // crun's scope has DevicePolicy=auto and no DeviceAllow=: systemd enforces nothing on it,
+  // and a DeviceAllow= added to it makes systemd attach a program allowing only its
+  // pseudo devices and the list, which denies what crun allows beyond them (/dev/console).
+  // So the grant is not persisted there (read from the scope's unit files, systemd.unit_dirs).
+  if (daemon) EXPECT_EQ(daemon->output().find("systemd now allows"), std::string::npos) << daemon->output();
+  EXPECT_EQ(open_errno("/gpu/console"), before_["/gpu/console"])
+      << "the systemd step narrowed the container" << (daemon ? "\n" + daemon->output() : std::string());
   if (daemon) {
     daemon->signal(SIGTERM);
     EXPECT_EQ(daemon->wait(std::chrono::seconds(10)), 0);
@@ -199,10 +209,10 @@ TEST_P(CrunSystemd, TheScopeLayoutIsFoundAndTheGpuGranted) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Crun, CrunSystemd,
+                         // v1 is not here: crun entered with nsenter sees its own v1 cgroups
+                         // outside the nspawn container's cgroup namespace ("../container").
                          ::testing::Values(Case{CgroupMode::kV2, Repairer::kDaemon},
-                                           Case{CgroupMode::kV2, Repairer::kCheck},
-                                           Case{CgroupMode::kV1, Repairer::kDaemon},
-                                           Case{CgroupMode::kV1, Repairer::kCheck}),
+                                           Case{CgroupMode::kV2, Repairer::kCheck}),
                          name_of);
 
 }  // namespace

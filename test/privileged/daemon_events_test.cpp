@@ -19,26 +19,6 @@
 namespace gdw::test {
 namespace {
 
-// Old runc's re-apply (deny `a`, then the spec's allows) from a child named `comm`.
-void revoke_as(const SandboxContainer& c, const char* comm) {
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::prctl(PR_SET_NAME, comm);
-    int fd = ::open((c.cgroup_dir + "/devices.deny").c_str(), O_WRONLY);
-    if (fd < 0 || ::write(fd, "a", 1) != 1) _exit(1);
-    ::close(fd);
-    for (const auto& rule : SandboxNode::spec_allow_rules()) {
-      fd = ::open((c.cgroup_dir + "/devices.allow").c_str(), O_WRONLY);
-      if (fd < 0 || ::write(fd, rule.data(), rule.size()) < 0) _exit(1);
-      ::close(fd);
-    }
-    _exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-}
 
 class DaemonEvents : public ::testing::Test {
  protected:
@@ -69,7 +49,7 @@ TEST_F(DaemonEvents, ARepairedRevocationIsAWarningOnThePod) {
   ASSERT_TRUE(api.running()) << api.setup_error();
   ASSERT_TRUE(daemon_->start(api.config_yaml(), /*probe=*/true)) << daemon_->output();
   const bool probe = daemon_->metric("gpu_devwatch_probe_loaded") == 1;
-  revoke_as(*c_, "runc");
+  ASSERT_TRUE(SandboxNode::reapply_as_old_runc(*c_, "runc"));
   ASSERT_TRUE(daemon_->eventually_errno(*c_, "nvidia0", ENXIO)) << daemon_->output();
   ASSERT_TRUE(eventually([&] { return api.requests().size() == 1; }, 5s)) << daemon_->output();
   auto r = api.requests()[0];

@@ -17,26 +17,6 @@ namespace {
 // 15 bytes: what fits in a comm.
 constexpr char kEvilComm[] = "x\nWARN forged";
 
-// Old runc's re-apply (deny `a`, then the spec's allows) from a child named `comm`.
-void revoke_as(const SandboxContainer& c, const char* comm) {
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::prctl(PR_SET_NAME, comm);
-    int fd = ::open((c.cgroup_dir + "/devices.deny").c_str(), O_WRONLY);
-    if (fd < 0 || ::write(fd, "a", 1) != 1) _exit(1);
-    ::close(fd);
-    for (const auto& rule : SandboxNode::spec_allow_rules()) {
-      fd = ::open((c.cgroup_dir + "/devices.allow").c_str(), O_WRONLY);
-      if (fd < 0 || ::write(fd, rule.data(), rule.size()) < 0) _exit(1);
-      ::close(fd);
-    }
-    _exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-}
 
 TEST(DaemonLog, ANewlineInAWritersCommCannotForgeALogLine) {
   if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
@@ -48,7 +28,7 @@ TEST(DaemonLog, ANewlineInAWritersCommCannotForgeALogLine) {
   ASSERT_TRUE(daemon.start("", /*probe=*/true)) << daemon.output();
   if (daemon.metric("gpu_devwatch_probe_loaded") != 1) GTEST_SKIP() << "the eBPF probe could not load:\n" << daemon.output();
 
-  revoke_as(c, kEvilComm);
+  ASSERT_TRUE(SandboxNode::reapply_as_old_runc(c, kEvilComm));
   EXPECT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << daemon.output();
   // The repair line names the writer, its comm escaped.
   EXPECT_TRUE(daemon.process().wait_for_output("comm x\\nWARN forged")) << daemon.output();

@@ -18,27 +18,6 @@
 namespace gdw::test {
 namespace {
 
-// Replays old runc's re-apply (deny `a`, then the spec's allows) from a child process that
-// calls itself `comm`, as a runtime binary of that name would.
-void revoke_as(SandboxNode& node, const SandboxContainer& c, const char* comm) {
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::prctl(PR_SET_NAME, comm);
-    int fd = ::open((c.cgroup_dir + "/devices.deny").c_str(), O_WRONLY);
-    if (fd < 0 || ::write(fd, "a", 1) != 1) _exit(1);
-    ::close(fd);
-    for (const auto& rule : SandboxNode::spec_allow_rules()) {
-      fd = ::open((c.cgroup_dir + "/devices.allow").c_str(), O_WRONLY);
-      if (fd < 0 || ::write(fd, rule.data(), rule.size()) < 0) _exit(1);
-      ::close(fd);
-    }
-    _exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-}
 
 class DaemonWithProbe : public ::testing::Test {
  protected:
@@ -62,7 +41,7 @@ class DaemonWithProbe : public ::testing::Test {
 
 TEST_F(DaemonWithProbe, TheRepairNamesTheWriter) {
   start();
-  revoke_as(*node_, *c_, "runc");
+  ASSERT_TRUE(SandboxNode::reapply_as_old_runc(*c_, "runc"));
   EXPECT_TRUE(daemon_->eventually_errno(*c_, "nvidia0", ENXIO)) << daemon_->output();
   EXPECT_TRUE(daemon_->process().wait_for_output("revoked by runc (pid")) << daemon_->output();
   EXPECT_NE(daemon_->output().find("writer=runc"), std::string::npos) << daemon_->output();
@@ -79,7 +58,7 @@ TEST_F(DaemonWithProbe, CheckSaysWhetherTheProbeIsLoaded) {
 
 TEST_F(DaemonWithProbe, AnUnknownWriterIsOtherWithItsExecutable) {
   start();
-  revoke_as(*node_, *c_, "fix-gpus.sh");
+  ASSERT_TRUE(SandboxNode::reapply_as_old_runc(*c_, "fix-gpus.sh"));
   EXPECT_TRUE(daemon_->eventually_errno(*c_, "nvidia0", ENXIO)) << daemon_->output();
   EXPECT_TRUE(daemon_->process().wait_for_output("revoked by other (pid")) << daemon_->output();
   EXPECT_NE(daemon_->output().find("comm fix-gpus.sh"), std::string::npos) << daemon_->output();
@@ -154,7 +133,7 @@ TEST_F(DaemonWithProbe, TheSyscallHookIsAttachedOnlyWhileADeviceIsMissingAndForT
 
 TEST_F(DaemonWithProbe, ARepairedRevocationNeverAttachesTheSyscallHook) {
   start();
-  revoke_as(*node_, *c_, "runc");
+  ASSERT_TRUE(SandboxNode::reapply_as_old_runc(*c_, "runc"));
   EXPECT_TRUE(daemon_->eventually_errno(*c_, "nvidia0", ENXIO)) << daemon_->output();
   // Named at the permission check, without the hook.
   EXPECT_TRUE(daemon_->process().wait_for_output("revoked by runc (pid")) << daemon_->output();

@@ -54,26 +54,6 @@ class NotifySocket {
   bool ok_ = false;
 };
 
-// Old runc's re-apply (deny `a`, then the spec's allows) from a child named `comm`.
-bool revoke_as(const SandboxContainer& c, const char* comm) {
-  const pid_t pid = ::fork();
-  if (pid < 0) return false;
-  if (pid == 0) {
-    ::prctl(PR_SET_NAME, comm);
-    int fd = ::open((c.cgroup_dir + "/devices.deny").c_str(), O_WRONLY);
-    if (fd < 0 || ::write(fd, "a", 1) != 1) _exit(1);
-    ::close(fd);
-    for (const auto& rule : SandboxNode::spec_allow_rules()) {
-      fd = ::open((c.cgroup_dir + "/devices.allow").c_str(), O_WRONLY);
-      if (fd < 0 || ::write(fd, rule.data(), rule.size()) < 0) _exit(1);
-      ::close(fd);
-    }
-    _exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
 
 struct Scenario {
   const char* name;
@@ -104,7 +84,7 @@ TEST_P(DaemonReadyAttribution, ARevocationRightAfterReadyIsNamed) {
     BackgroundProcess daemon({GDW_BINARY, "run", "--config", config}, {"NOTIFY_SOCKET=" + dir / "notify.sock"});
     ASSERT_TRUE(notify.wait_ready(std::chrono::seconds(15))) << daemon.output();
     // At once: the revoker runs while the daemon is still finishing its start.
-    ASSERT_TRUE(revoke_as(c, "runc"));
+    ASSERT_TRUE(SandboxNode::reapply_as_old_runc(c, "runc"));
 
     EXPECT_TRUE(eventually([&] { return node.open_errno(c, "nvidia0") == ENXIO; }, std::chrono::seconds(3)))
         << daemon.output();

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -50,6 +51,12 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>
     ::dup2(out, 1);
     ::dup2(err, 2);
     ::setpgid(0, 0);
+    // A command under test that writes without end (a read of a real device that never
+    // ends) is stopped by SIGXFSZ before it fills the disk; nothing a test runs writes a
+    // file this large.
+    constexpr rlim_t kMaxFileBytes = rlim_t{1} << 30;
+    struct rlimit fsize{kMaxFileBytes, kMaxFileBytes};
+    ::setrlimit(RLIMIT_FSIZE, &fsize);
     ::execvpe(args[0], args.data(), env.data());
     _exit(127);
   }

@@ -1,7 +1,9 @@
 #include "support/sandbox_node.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -66,6 +68,8 @@ SandboxNode::SandboxNode(const Options& options)
     make_node(node_path("nvidia" + std::to_string(i)), kNvidiaMajor, static_cast<std::uint32_t>(i));
   }
   files_.write("proc/driver/nvidia-caps/mig-minors", "config 1\nmonitor 2\n");
+  // The probe names v1 hierarchies by the running kernel's ids: the fixture carries the real file.
+  files_.write("proc/cgroups", read_file("/proc/cgroups"));
   make_node(node_path("nvidiactl"), kNvidiaMajor, 255);
   if (options_.create_uvm_nodes) {
     make_node(node_path("nvidia-uvm"), kUvmMajor, 0);
@@ -97,6 +101,26 @@ std::vector<OciDeviceCgroupRule> SandboxNode::spec_rules() {
   std::vector<OciDeviceCgroupRule> rules{{false, DeviceRule{}}};
   for (const auto& text : spec_allow_rules()) rules.push_back({true, *parse_device_rule(text)});
   return rules;
+}
+
+bool SandboxNode::reapply_as_old_runc(const SandboxContainer& c, const char* comm) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    ::prctl(PR_SET_NAME, comm);
+    int fd = ::open((c.cgroup_dir + "/devices.deny").c_str(), O_WRONLY);
+    if (fd < 0 || ::write(fd, "a", 1) != 1) _exit(1);
+    ::close(fd);
+    for (const auto& rule : spec_allow_rules()) {
+      fd = ::open((c.cgroup_dir + "/devices.allow").c_str(), O_WRONLY);
+      if (fd < 0 || ::write(fd, rule.data(), rule.size()) < 0) _exit(1);
+      ::close(fd);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 std::vector<std::string> SandboxNode::spec_allow_rules() {
@@ -207,6 +231,13 @@ nlohmann::json runtime_annotations(const SandboxContainer& c) {
   return a;
 }
 
+std::vector<std::string> bundle_env(const SandboxContainerSpec& spec) {
+  if (!spec.env.empty() || spec.device_ids.empty()) return spec.env;
+  std::string visible;
+  for (const auto& id : spec.device_ids) visible += (visible.empty() ? "" : ",") + id;
+  return {"NVIDIA_VISIBLE_DEVICES=" + visible};
+}
+
 }  // namespace
 
 std::string SandboxNode::bundle_json(const SandboxContainer& c) const {
@@ -228,7 +259,7 @@ std::string SandboxNode::bundle_json(const SandboxContainer& c) const {
   }
   json doc = {
       {"ociVersion", "1.0.2-dev"},
-      {"process", {{"args", {"/pause"}}, {"env", c.spec.env}}},
+      {"process", {{"args", {"/pause"}}, {"env", bundle_env(c.spec)}}},
       {"annotations", runtime_annotations(c)},
       {"linux",
        {{"cgroupsPath", "/" + c.cgroup_rel}, {"resources", {{"devices", devices}}}, {"devices", json::array()}}},

@@ -46,8 +46,10 @@ struct SandboxContainerSpec {
   RuntimeKind runtime = RuntimeKind::kContainerd;
   // The pod's own annotations: the runtime copies them into config.json, then writes its keys.
   std::map<std::string, std::string> pod_annotations;
-  // process.env of the bundle (CUDA images set NVIDIA_VISIBLE_DEVICES=all).
-  std::vector<std::string> env = {"NVIDIA_VISIBLE_DEVICES=all"};
+  // process.env of the bundle. Empty: NVIDIA_VISIBLE_DEVICES=<device_ids> as the device
+  // plugin's AllocResp sets it, nothing for a container without devices. A CUDA image
+  // without a GPU limit: {"NVIDIA_VISIBLE_DEVICES=all"}.
+  std::vector<std::string> env;
   // A container without an allocation: the GPUs (indices) the NVIDIA hook granted at
   // creation because its env named them, with the control nodes.
   std::vector<int> env_hook_gpus;
@@ -120,6 +122,9 @@ class SandboxNode {
   void reapply_spec(const std::string& cgroup_rel);
   // The devices the spec allows (runc's defaults), as rules.
   static std::vector<std::string> spec_allow_rules();
+  // Old runc's re-apply (deny `a`, then spec_allow_rules()) from a child process that calls
+  // itself `comm`, as a runtime binary of that name would; false if a write failed.
+  static bool reapply_as_old_runc(const SandboxContainer& c, const char* comm);
   // The container's OCI device rules: deny all, then spec_allow_rules().
   static std::vector<OciDeviceCgroupRule> spec_rules();
 

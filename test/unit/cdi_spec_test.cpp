@@ -279,5 +279,17 @@ TEST(CdiDesired, AllocRespCdiNamesAddTheirNodesToTheDevicePluginsGrant) {
   EXPECT_NE(d.unresolved[0].find("no CDI spec in cdi.spec_dirs defines it"), std::string::npos);
 }
 
+TEST(CdiDesired, CdiAnnotationsOfTheAllocRespAreResolvedToo) {
+  // deviceListStrategy cdi-annotations: the plugin's reply carries the names in annotations.
+  AllocationEntry e;
+  e.resource = "nvidia.com/gpu";
+  e.device_ids = {"GPU-a"};
+  e.annotations = {{"cdi.k8s.io/nvidia-device-plugin_uuid", "nvidia.com/gpu=0,k8s.gpu.nvidia.com/claim=3c8337ad-f366-4541-883d-30b9e99fd6be-gpu-1"},
+                   {"example.com/other", "nvidia.com/gpu=all"}};
+  DesiredDevices d = compute_desired({e}, cdi_inventory(), kPolicy);
+  EXPECT_EQ(names_of(d), (std::vector<std::string>{"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"}));
+  EXPECT_TRUE(d.unresolved.empty());
+}
+
 }  // namespace
 }  // namespace gdw

@@ -27,7 +27,7 @@ IncidentFacts revoked_facts(const std::string& detail = "runc (pid 4242, comm ru
 }
 
 struct Clocks {
-  MonoClock::time_point mono = MonoClock::time_point(1000s);
+  Clock::time_point mono = Clock::time_point(1000s);
   WallClock::time_point wall = WallClock::time_point(1'700'000'000s);
   void advance(std::chrono::milliseconds d) {
     mono += d;
@@ -181,7 +181,7 @@ TEST(KubeEventAggregation, APodCostsAtMostItsBudgetAndTheTotalArrivesLater) {
   // The rest waits: the next slot is a minute after the first write.
   ASSERT_TRUE(agg.next_flush().has_value());
   const auto slot = *agg.next_flush();
-  EXPECT_EQ(slot, MonoClock::time_point(1000s) + 60s);
+  EXPECT_EQ(slot, Clock::time_point(1000s) + 60s);
   EXPECT_TRUE(agg.flush(slot - 1ms).empty());
   auto later = agg.flush(slot);
   ASSERT_EQ(later.size(), 1u);
@@ -193,7 +193,7 @@ TEST(KubeEventAggregation, APodCostsAtMostItsBudgetAndTheTotalArrivesLater) {
 TEST(KubeEventAggregation, InAnySixtySecondsAtMostTheBudget) {
   Clocks t;
   auto agg = aggregator(3);
-  std::vector<MonoClock::time_point> write_times;
+  std::vector<Clock::time_point> write_times;
   for (int i = 0; i < 600; ++i) {  // one incident every 500 ms for 5 minutes
     write_times.insert(write_times.end(), agg.record(make_incident(Cause::kRevoked, revoked_facts()), t.mono, t.wall).size(),
                        t.mono);

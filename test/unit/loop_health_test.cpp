@@ -9,7 +9,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-const SteadyClock::time_point kStart = SteadyClock::time_point(seconds(1000));
+const Clock::time_point kStart = Clock::time_point(seconds(1000));
 
 TEST(LoopHealth, HealthyWithinTheLimitStaleAfter) {
   EXPECT_TRUE(judge_loop_health(kStart, kStart, seconds(30)).healthy);
@@ -22,11 +22,11 @@ TEST(LoopHealth, HealthyWithinTheLimitStaleAfter) {
 TEST(LoopHealth, ABeatReadAfterNowCountsAsNow) {
   const auto h = judge_loop_health(kStart + milliseconds(5), kStart, seconds(1));
   EXPECT_TRUE(h.healthy);
-  EXPECT_EQ(h.since_turn, SteadyClock::duration::zero());
+  EXPECT_EQ(h.since_turn, Clock::duration::zero());
 }
 
 TEST(LoopHealth, NeverTurnedIsUnhealthy) {
-  EXPECT_FALSE(judge_loop_health(SteadyClock::time_point{}, kStart, seconds(30)).healthy);
+  EXPECT_FALSE(judge_loop_health(Clock::time_point{}, kStart, seconds(30)).healthy);
   LoopHeartbeat never;
   never.set_stale_after(seconds(30));
   EXPECT_EQ(never.answer(kStart).status, 503);

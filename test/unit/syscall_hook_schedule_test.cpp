@@ -6,7 +6,6 @@ namespace gdw {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = SyscallHookSchedule::Clock;
 
 const Clock::time_point t0 = Clock::time_point{} + 1h;
 

@@ -1,0 +1,111 @@
+#include "backend/device_access.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "backend/devices_v1.h"
+#include "runtime/proc_cgroups.h"
+
+namespace gdw {
+namespace {
+
+class DevicesV1 final : public DeviceAccess {
+ public:
+  std::string description() const override { return "cgroup v1 devices"; }
+  std::string observed_source() const override { return "devices.list"; }
+  std::vector<std::string> rule_files() const override { return {"devices.deny", "devices.allow"}; }
+  bool policy_in_programs() const override { return false; }
+  Result<std::uint32_t> hierarchy_id(const std::string& proc_root) const override {
+    return read_v1_hierarchy_id(proc_root, "devices");
+  }
+
+  Result<DeviceState> observe(const std::string& cgroup_dir, const DesiredDevices& desired) override {
+    auto raw = read_devices_list(cgroup_dir);
+    if (!raw) return raw.error();
+    auto list = parse_devices_list(*raw);
+    if (!list) return with_context("cannot read devices.list", list.error());
+    return DeviceState{missing_devices(desired, *list), {}};
+  }
+
+  GrantReport grant(const std::string& cgroup_dir, const std::vector<WantedDevice>&,
+                    const std::vector<WantedDevice>& devices) override {
+    GrantReport report;
+    report.method = "cgroupfs";
+    auto outcomes = write_device_grants(cgroup_dir, grant_rules(devices));
+    for (std::size_t i = 0; i < devices.size(); ++i) report.devices.push_back({devices[i], std::move(outcomes[i])});
+    return report;
+  }
+};
+
+std::string describe(const V2Repair& r) {
+  std::string s = std::to_string(r.replaced.size()) + " device program(s) wrapped";
+  for (const auto& rep : r.replaced)
+    s += "; " + std::to_string(rep.old_id) + " -> " + std::to_string(rep.new_id) +
+         (rep.atomic ? " (atomic replace)" : " (attached, then detached)");
+  for (const auto& left : r.left_attached)
+    s += "; program " + std::to_string(left.program.id) + " left attached: " + left.reason;
+  return s;
+}
+
+class DeviceProgramsV2 final : public DeviceAccess {
+ public:
+  std::string description() const override { return "cgroup v2 device programs"; }
+  std::string observed_source() const override { return "device-programs"; }
+  std::vector<std::string> rule_files() const override { return {}; }
+  bool policy_in_programs() const override { return true; }
+  Result<std::uint32_t> hierarchy_id(const std::string&) const override { return 0u; }
+
+  Result<DeviceState> observe(const std::string& cgroup_dir, const DesiredDevices& desired) override {
+    auto programs = query_device_programs(cgroup_dir);
+    if (!programs) {
+      // The query's error names the cgroup; a vanished cgroup is told apart by the directory.
+      const int code = ::access(cgroup_dir.c_str(), F_OK) != 0 ? ENOENT : 0;
+      return errno_error(code, "cannot query the device programs: " + programs.error().message);
+    }
+    DeviceState state;
+    state.missing = denied_by_programs(*programs, desired.wanted);
+    state.programs = std::move(*programs);
+    return state;
+  }
+
+  // Each program denying a wanted device is wrapped (it then allows the wanted devices and
+  // decides as before for the rest); the others stay as they are.
+  GrantReport grant(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,
+                    const std::vector<WantedDevice>& devices) override {
+    GrantReport report;
+    report.method = "bpf";
+    auto installed = repair_device_programs(cgroup_dir, wanted);
+    for (const auto& d : devices) {
+      Status outcome;
+      if (!installed) {
+        outcome = errno_error(EPERM, installed.error().message);
+      } else if (std::any_of(installed->still_denied.begin(), installed->still_denied.end(),
+                             [&](const WantedDevice& x) { return x.dev == d.dev; })) {
+        outcome = errno_error(EPERM, "still denied by a device program that cannot be replaced");
+      }
+      report.devices.push_back({d, std::move(outcome)});
+    }
+    if (!installed) {
+      report.failure = installed.error();
+      return report;
+    }
+    report.summary = describe(*installed);
+    report.programs_replaced = installed->replaced.size();
+    report.programs_now = installed->now;
+    for (const auto& left : installed->left_attached)
+      report.warnings.push_back("device program " + std::to_string(left.program.id) + " (" + left.program.name +
+                                ") denies a wanted device and stays attached: " + left.reason);
+    return report;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceAccess> make_device_access(CgroupVersion version) {
+  if (version == CgroupVersion::kV2) return std::make_unique<DeviceProgramsV2>();
+  return std::make_unique<DevicesV1>();
+}
+
+}  // namespace gdw

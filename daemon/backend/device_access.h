@@ -1,0 +1,70 @@
+// One interface to a container's device policy, whatever enforces it: observe what the
+// container is missing, grant what it should have. The repair loop (service/repair_step.h)
+// and everything above it go through this and never ask which cgroup version runs.
+//
+// Implementations: cgroup v1's devices controller (devices.list / devices.allow) and
+// cgroup v2's device programs (device_programs_v2.h: the programs that deny a wanted device
+// are wrapped, the others stay). Persisting grants in a systemd scope's DeviceAllow= is a
+// step after either (systemd_scope.h), planned by core/repair_plan.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/device_programs_v2.h"
+#include "core/config.h"
+#include "core/desired_state.h"
+#include "core/repair_plan.h"
+#include "core/result.h"
+
+namespace gdw {
+
+struct DeviceState {
+  std::vector<WantedDevice> missing;            // wanted devices the policy denies now
+  std::vector<AttachedDeviceProgram> programs;  // device programs attached (none on v1)
+};
+
+struct GrantReport {
+  std::vector<DeviceOutcome> devices;  // one per device asked for, in order
+  std::string method;                  // metric label: "cgroupfs", "bpf"
+  // What was changed beyond the outcomes, for a person ("1 device program(s) wrapped; ..."),
+  // and what stays in the way (a program that cannot be replaced): logged as warnings.
+  std::string summary;
+  std::vector<std::string> warnings;
+  std::size_t programs_replaced = 0;
+  std::optional<std::vector<AttachedDeviceProgram>> programs_now;  // when the grant re-read them
+  std::optional<Error> failure;  // the whole grant failed (the outcomes carry it too)
+};
+
+class DeviceAccess {
+ public:
+  virtual ~DeviceAccess() = default;
+
+  // "cgroup v1 devices", "cgroup v2 device programs".
+  virtual std::string description() const = 0;
+  // What observe() reads, as the event-loop error metric names it: "devices.list",
+  // "device-programs".
+  virtual std::string observed_source() const = 0;
+  // Files of a container's cgroup whose writes change its policy (inotify watches them);
+  // none where the policy is not in files.
+  virtual std::vector<std::string> rule_files() const = 0;
+  // Whether the policy is in device programs: program loads, attaches and systemd's
+  // reloads change it without a file write, so it is re-read on those and periodically.
+  virtual bool policy_in_programs() const = 0;
+  // The hierarchy id the probe's cgroup_mkdir events carry for this tree (cgroup2: 0; a v1
+  // controller's from <proc_root>/cgroups).
+  virtual Result<std::uint32_t> hierarchy_id(const std::string& proc_root) const = 0;
+
+  // Errors say what could not be read; their code is ENOENT when the cgroup is gone.
+  virtual Result<DeviceState> observe(const std::string& cgroup_dir, const DesiredDevices& desired) = 0;
+  // Grants `devices` (some of `wanted`, all it should have) and nothing else.
+  virtual GrantReport grant(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,
+                            const std::vector<WantedDevice>& devices) = 0;
+};
+
+// The node's: `version` is what NodeModel located (kV1 or kV2).
+std::unique_ptr<DeviceAccess> make_device_access(CgroupVersion version);
+
+}  // namespace gdw

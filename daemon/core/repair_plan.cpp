@@ -1,0 +1,125 @@
+#include "core/repair_plan.h"
+
+#include <algorithm>
+#include <cerrno>
+
+namespace gdw {
+namespace {
+
+void earliest(std::optional<Clock::time_point>& at, Clock::time_point t) {
+  if (!at || t < *at) at = t;
+}
+
+}  // namespace
+
+RepairSettings RepairSettings::from(const Config& config) {
+  RepairSettings s;
+  s.mode = config.mode;
+  s.rejected_backoff = config.repair.rejected_backoff;
+  s.systemd_timeout = config.systemd.timeout;
+  return s;
+}
+
+bool held_back(const RepairState& state, std::optional<Clock::time_point> retry_at, Clock::time_point now) {
+  return state.throttled && retry_at && *retry_at <= state.budget.next_token_at(now) + std::chrono::milliseconds(1);
+}
+
+RepairPlan plan_repair(RepairState& state, const std::vector<WantedDevice>& missing, Clock::time_point now,
+                       const RepairSettings& settings) {
+  RepairPlan plan;
+  std::set<DeviceNumber> missing_now;
+  for (const auto& m : missing) {
+    missing_now.insert(m.dev);
+    // Drift is a transition: counted when a device that was there goes missing.
+    if (!state.missing.count(m.dev) && now >= state.quiet_until) plan.drifted.push_back(m);
+  }
+  state.missing = std::move(missing_now);
+  if (missing.empty()) {
+    state.observe_reported.reset();
+    if (state.throttled && !state.budget.exhausted(now)) {
+      state.throttled = false;
+      plan.report_unthrottled = true;
+    }
+    return plan;
+  }
+  if (settings.mode == Mode::kObserve) {
+    plan.report_observed = state.observe_reported.first();
+    return plan;
+  }
+  // Devices the kernel refused recently wait for their back-off; the others go now.
+  std::vector<WantedDevice> grantable;
+  for (const auto& m : missing) {
+    auto r = state.refused_until.find(m.dev);
+    if (r != state.refused_until.end() && now < r->second) {
+      earliest(plan.retry_at, r->second);
+    } else {
+      grantable.push_back(m);
+    }
+  }
+  if (grantable.empty()) return plan;
+  if (auto wait = state.budget.acquire(now); wait > Clock::duration::zero()) {
+    plan.throttled = true;
+    plan.held = std::move(grantable);
+    plan.report_throttled = !state.throttled;
+    state.throttled = true;
+    earliest(plan.retry_at, now + wait);
+    return plan;
+  }
+  plan.grant = std::move(grantable);
+  return plan;
+}
+
+SettledGrants settle_grants(RepairState& state, const std::vector<DeviceOutcome>& outcomes,
+                            const std::vector<WantedDevice>& wanted, bool persistable, Clock::time_point now,
+                            const RepairSettings& settings) {
+  SettledGrants s;
+  for (const auto& o : outcomes) {
+    if (o.outcome) {
+      s.granted.push_back(o.device);
+      state.missing.erase(o.device.dev);
+      state.refused_until.erase(o.device.dev);
+      state.refused_reported.reset(o.device.dev);
+      continue;
+    }
+    if (is_cgroup_gone(o.outcome.error())) {
+      s.gone = true;
+      return s;
+    }
+    state.refused_until[o.device.dev] = now + settings.rejected_backoff;
+    earliest(s.retry_at, now + settings.rejected_backoff);
+    if (state.refused_reported.first(o.device.dev)) s.report_refused.emplace_back(o.device, o.outcome.error());
+  }
+  if (s.granted.empty() || !persistable || state.persist_in_flight) return s;
+  for (const auto& d : wanted)
+    if (!state.persisted.count(d.dev)) s.persist.push_back(d);
+  return s;
+}
+
+void persist_started(RepairState& state, Clock::time_point now, const RepairSettings& settings) {
+  state.persist_in_flight = true;
+  state.quiet_until = now + settings.systemd_timeout + settings.systemd_settle;
+}
+
+void persist_answered(RepairState& state, const std::vector<WantedDevice>& devices, bool ok, Clock::time_point now,
+                      const RepairSettings& settings) {
+  state.persist_in_flight = false;
+  if (!ok) return;
+  for (const auto& d : devices) state.persisted.insert(d.dev);
+  state.quiet_until = now + settings.systemd_settle;
+}
+
+bool is_cgroup_gone(const Error& e) { return e.code == ENOENT || e.code == ENODEV; }
+
+std::string device_names(const std::vector<WantedDevice>& devices) {
+  std::string s;
+  for (const auto& d : devices) s += (s.empty() ? "" : ",") + d.name;
+  return s;
+}
+
+std::string grant_rules_text(const std::vector<WantedDevice>& devices) {
+  std::string s;
+  for (const auto& r : grant_rules(devices)) s += (s.empty() ? "" : "; ") + format_device_rule(r);
+  return s;
+}
+
+}  // namespace gdw

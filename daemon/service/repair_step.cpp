@@ -1,0 +1,24 @@
+#include "service/repair_step.h"
+
+namespace gdw {
+
+RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::string& cgroup_dir,
+                       const DesiredDevices& desired, bool persistable, Clock::time_point now,
+                       const RepairSettings& settings) {
+  RepairStep step;
+  step.observed = access.observe(cgroup_dir, desired);
+  if (!step.observed) {
+    step.gone = is_cgroup_gone(step.observed.error());
+    step.report_read_error = !step.gone && state.read_error_reported.first();
+    return step;
+  }
+  state.read_error_reported.reset();
+  step.plan = plan_repair(state, step.observed->missing, now, settings);
+  if (step.plan.grant.empty()) return step;
+  step.applied = access.grant(cgroup_dir, desired.wanted, step.plan.grant);
+  step.settled = settle_grants(state, step.applied->devices, desired.wanted, persistable, now, settings);
+  step.gone = step.settled.gone;
+  return step;
+}
+
+}  // namespace gdw

@@ -1,0 +1,28 @@
+// One pass of the repair loop for one container: observe → plan → apply. Reporting (log
+// lines, metrics, Events, timers, the systemd call) is the caller's: the daemon's
+// (daemon_repair.cpp) or `check --repair`'s printout. Both run this same code.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "backend/device_access.h"
+#include "core/repair_plan.h"
+
+namespace gdw {
+
+struct RepairStep {
+  Result<DeviceState> observed = Error{"not observed"};
+  RepairPlan plan;
+  std::optional<GrantReport> applied;  // when the plan granted something
+  SettledGrants settled;
+  bool gone = false;  // the cgroup vanished (observing or granting)
+  bool report_read_error = false;  // the observation failed, first time in a row: log it
+};
+
+// `persistable`: a systemd scope holds the container (its DeviceAllow= can keep grants).
+RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::string& cgroup_dir,
+                       const DesiredDevices& desired, bool persistable, Clock::time_point now,
+                       const RepairSettings& settings);
+
+}  // namespace gdw

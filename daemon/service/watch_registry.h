@@ -1,0 +1,40 @@
+// The daemon's inotify watches and what each is for.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "metrics/metrics.h"
+#include "watch/inotify.h"
+
+namespace gdw {
+
+// What a watch descriptor is for.
+struct WatchTarget {
+  enum Kind { kContainerFile, kTreeDir, kParentDenyFile, kCheckpointDir, kBundleDir, kDevDir, kCdiDir } kind;
+  std::string path;  // the directory concerned
+};
+
+class WatchRegistry {
+ public:
+  WatchRegistry(Inotify& inotify, Metrics& metrics) : inotify_(inotify), metrics_(metrics) {}
+
+  // The watch of `path` (an existing one is reused); -1 when it cannot be watched (a path
+  // that does not exist is not an error worth a line).
+  int add(const std::string& path, std::uint32_t mask, WatchTarget target);
+  void drop(int wd);
+  // The kernel removed the watch (IN_IGNORED).
+  void forget(int wd);
+  void clear();
+  const WatchTarget* find(int wd) const;
+
+ private:
+  Inotify& inotify_;
+  Metrics& metrics_;
+  std::map<int, WatchTarget> watches_;
+  std::map<std::string, int> wd_by_path_;  // the watched file or directory → its watch
+};
+
+}  // namespace gdw

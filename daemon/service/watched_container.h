@@ -1,0 +1,85 @@
+// What the daemon keeps per container cgroup, by concern: who it is and what it must have
+// (identity), its inotify watches, the repair planner's state (core/repair_plan.h), who
+// revoked (attribution), its repair log limit and its timers.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/device_programs_v2.h"
+#include "core/repair_plan.h"
+#include "core/revocation.h"
+#include "log/log.h"
+#include "metrics/metrics.h"
+#include "node/container_target.h"
+#include "runtime/discovery.h"
+#include "watch/event_loop.h"
+
+namespace gdw {
+
+struct WatchedContainer {
+  WatchedContainer(DiscoveredContainer cg, RepairBudget b, RepairLogLimit l)
+      : cgroup(std::move(cg)), repair(b), log_limit(l) {}
+
+  // Identity: the cgroup and what resolving it said.
+  DiscoveredContainer cgroup;
+  ContainerTarget target;
+  ContainerLabels labels;
+  std::optional<std::uint64_t> resolved_generation;  // NodeModel::generation() of `target`
+  int identify_attempts = 0;
+  std::uint64_t cgroup_id = 0;  // inode of the cgroup directory (what the probe reports)
+  Clock::time_point first_seen = Clock::now();
+
+  // Watches: set up as a GPU container (logged, its rule files watched, the probe told).
+  bool watching = false;
+  std::vector<int> wds;
+
+  // Repair: drift, back-off, the fight-loop guard, systemd persistence.
+  RepairState repair;
+  std::map<ProgramOwner, std::size_t> programs;  // device programs attached at the last check
+
+  // Attribution: the last write that revoked devices here, as the probe saw it; deny-rule
+  // writes seen while it was not (yet) a GPU container.
+  std::optional<Revocation> last_revocation;
+  PendingRevocations pending_revocations;
+
+  // A repair whose log line waits (briefly) for the probe to say who revoked.
+  struct UnloggedRepair {
+    std::vector<WantedDevice> grants;
+    Clock::time_point trigger{};
+    Clock::duration repair_time{};  // of the first of those grants: for the Event
+  } unlogged;
+  // Repairs get a line each only up to repair.log_burst, then one per repair.log_interval
+  // (daemon_repair_log.cpp).
+  RepairLogLimit log_limit;
+
+  // Probe reports beside repairs.
+  std::map<std::string, Clock::time_point> denied_open_logged;  // device → last log
+  std::uint64_t other_denied_opens_seen = 0;  // the probe's per-cgroup count, as last read
+
+  // Timers.
+  EventSource retry;                  // deferred repair or identification retry
+  Clock::time_point retry_at{};       // when `retry` fires, while armed
+  Clock::time_point pending_since{};  // the oldest trigger a deferred repair still owes
+  EventSource log_timer;              // the attribution wait of a repair's log line
+  EventSource log_summary_timer;      // the count of repairs not logged
+
+  bool is_gpu() const { return target.kind == TargetKind::kGpu; }
+  std::optional<Clock::time_point> retry_armed_at() const {
+    return retry.armed() ? std::optional(retry_at) : std::nullopt;
+  }
+  log::Fields log_fields() const {
+    log::Fields f;
+    f.pod_namespace = labels.pod_namespace;
+    f.pod = labels.pod;
+    f.container = labels.container;
+    f.cgroup = cgroup.cgroup_dir;
+    return f;
+  }
+};
+
+}  // namespace gdw
