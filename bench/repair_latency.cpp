@@ -282,6 +282,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     daemon.stop();
 
+    if (poll_samples <= 0) continue;  // --poll-samples 0: the daemon's figures only
     // The 1-second polling loop, same node, same revocations (fewer: each waits ~0.5 s).
     pid_t poller = start_polling_loop(node);
     auto polled = measure_spread(node, poll_samples, std::chrono::milliseconds(poll_samples * 50));
