@@ -152,6 +152,53 @@ std::vector<AllocationEntry> values(std::map<EntryKey, AllocationEntry>&& by_key
   return out;
 }
 
+// Both sources answered (mode auto): per (pod UID, container, resource), as the header says.
+std::map<EntryKey, AllocationEntry> merge_both(std::map<EntryKey, AllocationEntry>& from_checkpoint,
+                                               PodResourcesSide& from_pod_resources, const LivePodIndex* live,
+                                               MergedAllocations& merged) {
+  std::map<std::string, std::pair<std::pair<std::string, std::string>, const LivePod*>> pod_by_uid;
+  if (live != nullptr) {
+    for (const auto& [name, pod] : live->pods) pod_by_uid[pod.uid] = {name, &pod};
+  }
+  auto disagreement = [&](DisagreementKind kind, const EntryKey& key, const AllocationEntry* checkpoint,
+                          const AllocationEntry* pod_resources) {
+    AllocationDisagreement d;
+    d.kind = kind;
+    std::tie(d.pod_uid, d.container_name, d.resource) = key;
+    if (auto it = pod_by_uid.find(d.pod_uid); it != pod_by_uid.end()) {
+      std::tie(d.pod_namespace, d.pod_name) = it->second.first;
+    }
+    if (checkpoint != nullptr) d.checkpoint_ids = checkpoint->device_ids;
+    if (pod_resources != nullptr) d.pod_resources_ids = pod_resources->device_ids;
+    merged.disagreements.push_back(std::move(d));
+  };
+
+  std::map<EntryKey, AllocationEntry> chosen;
+  for (auto& [key, entry] : from_checkpoint) {
+    auto live = from_pod_resources.entries.find(key);
+    if (live == from_pod_resources.entries.end()) {
+      auto pod = pod_by_uid.find(std::get<0>(key));
+      const bool container_runs =
+          pod != pod_by_uid.end() && pod->second.second->containers.count(std::get<1>(key)) > 0;
+      if (container_runs && from_pod_resources.listed_pods.count(pod->second.first) > 0) {
+        disagreement(DisagreementKind::kOnlyInCheckpoint, key, &entry, nullptr);
+      }
+      chosen.emplace(key, std::move(entry));
+    } else if (same_devices(entry.device_ids, live->second.device_ids)) {
+      chosen.emplace(key, std::move(entry));
+    } else {
+      disagreement(DisagreementKind::kDifferentDevices, key, &entry, &live->second);
+      chosen.emplace(key, live->second);  // device IDs only: the AllocResp went with the checkpoint's devices
+    }
+  }
+  for (auto& [key, entry] : from_pod_resources.entries) {
+    if (from_checkpoint.count(key) > 0) continue;
+    disagreement(DisagreementKind::kOnlyInPodResources, key, nullptr, &entry);
+    chosen.emplace(key, std::move(entry));
+  }
+  return chosen;
+}
+
 }  // namespace
 
 void LivePodIndex::mark_ambiguous(const PodName& name, const std::string& uid) {
@@ -237,47 +284,7 @@ MergedAllocations merge_allocations(const AllocationSources& sources, Allocation
     return merged;
   }
 
-  // Both sources answered: mode auto.
-  std::map<std::string, std::pair<std::pair<std::string, std::string>, const LivePod*>> pod_by_uid;
-  if (sources.live != nullptr) {
-    for (const auto& [name, pod] : sources.live->pods) pod_by_uid[pod.uid] = {name, &pod};
-  }
-  auto disagreement = [&](DisagreementKind kind, const EntryKey& key, const AllocationEntry* checkpoint,
-                          const AllocationEntry* pod_resources) {
-    AllocationDisagreement d;
-    d.kind = kind;
-    std::tie(d.pod_uid, d.container_name, d.resource) = key;
-    if (auto it = pod_by_uid.find(d.pod_uid); it != pod_by_uid.end()) {
-      std::tie(d.pod_namespace, d.pod_name) = it->second.first;
-    }
-    if (checkpoint != nullptr) d.checkpoint_ids = checkpoint->device_ids;
-    if (pod_resources != nullptr) d.pod_resources_ids = pod_resources->device_ids;
-    merged.disagreements.push_back(std::move(d));
-  };
-
-  std::map<EntryKey, AllocationEntry> chosen;
-  for (auto& [key, entry] : from_checkpoint) {
-    auto live = from_pod_resources.entries.find(key);
-    if (live == from_pod_resources.entries.end()) {
-      auto pod = pod_by_uid.find(std::get<0>(key));
-      const bool container_runs =
-          pod != pod_by_uid.end() && pod->second.second->containers.count(std::get<1>(key)) > 0;
-      if (container_runs && from_pod_resources.listed_pods.count(pod->second.first) > 0) {
-        disagreement(DisagreementKind::kOnlyInCheckpoint, key, &entry, nullptr);
-      }
-      chosen.emplace(key, std::move(entry));
-    } else if (same_devices(entry.device_ids, live->second.device_ids)) {
-      chosen.emplace(key, std::move(entry));
-    } else {
-      disagreement(DisagreementKind::kDifferentDevices, key, &entry, &live->second);
-      chosen.emplace(key, live->second);  // device IDs only: the AllocResp went with the checkpoint's devices
-    }
-  }
-  for (auto& [key, entry] : from_pod_resources.entries) {
-    if (from_checkpoint.count(key) > 0) continue;
-    disagreement(DisagreementKind::kOnlyInPodResources, key, nullptr, &entry);
-    chosen.emplace(key, std::move(entry));
-  }
+  std::map<EntryKey, AllocationEntry> chosen = merge_both(from_checkpoint, from_pod_resources, sources.live, merged);
   sort_disagreements(merged.disagreements);
   chosen.merge(from_pod_resources.claims);
   merged.entries = values(std::move(chosen));
