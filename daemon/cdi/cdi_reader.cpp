@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "cdi/cdi_spec.h"
+#include "hostfs/bounded_file.h"
 
 namespace gdw {
 namespace {
@@ -39,34 +40,6 @@ std::optional<std::vector<std::string>> spec_names(const std::string& dir, std::
   return names;
 }
 
-Result<std::string> read_spec(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return Error{errno_text(errno)};
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Error{"not a regular file"};
-  }
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Error{errno_text(err)};
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > kMaxSpecBytes) {
-      ::close(fd);
-      return Error{"larger than " + std::to_string(kMaxSpecBytes) + " bytes"};
-    }
-  }
-  ::close(fd);
-  return text;
-}
 
 }  // namespace
 
@@ -77,9 +50,9 @@ std::vector<CdiSpecFile> read_cdi_spec_files(const std::vector<std::string>& dir
     if (!names) continue;
     for (const auto& name : *names) {
       const std::string path = dir + "/" + name;
-      auto text = read_spec(path);
+      auto text = read_bounded_file(path, {.max_bytes = kMaxSpecBytes, .regular_only = true});
       if (!text) {
-        errors.push_back(path + ": " + text.error().message);
+        errors.push_back(text.error().message);
         continue;
       }
       files.push_back({path, std::move(*text)});

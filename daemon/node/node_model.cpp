@@ -1,5 +1,7 @@
 #include "node/node_model.h"
 
+#include "hostfs/bounded_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,27 +14,8 @@
 namespace gdw {
 
 Result<std::string> read_text_file(const std::string& path, std::size_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error{path + ": " + std::strerror(errno)};
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Error{path + ": " + std::strerror(err)};
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > max_bytes) {
-      ::close(fd);
-      return Error{path + ": larger than " + std::to_string(max_bytes) + " bytes"};
-    }
-  }
-  ::close(fd);
-  return text;
+  // Blocking, as before: the configuration and kubelet's files are the operator's.
+  return read_bounded_file(path, {.max_bytes = max_bytes, .nonblocking = false});
 }
 
 NodeModel::NodeModel(Config config) : config_(std::move(config)), bundles_(config_.runtime.state_dirs) {

@@ -1,5 +1,7 @@
 #include "nvidia/inventory.h"
 
+#include "hostfs/bounded_file.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -25,33 +27,12 @@ struct FileText {
 };
 
 Result<FileText> read_text_file(const std::string& path) {
-  // O_NONBLOCK changes nothing for procfs or regular files; it keeps a FIFO planted in a
-  // configured proc_root from blocking the daemon in open() or read().
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT) return FileText{true, {}};
-    return Error{path + ": " + errno_text(err)};
+  auto text = read_bounded_file(path, {.max_bytes = kMaxProcFile});
+  if (!text) {
+    if (text.error().code == ENOENT) return FileText{true, {}};  // normal without the driver
+    return text.error();
   }
-  FileText file;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return Error{path + ": " + errno_text(err)};
-    }
-    if (n == 0) break;
-    if (file.text.size() + static_cast<std::size_t>(n) > kMaxProcFile) {
-      ::close(fd);
-      return Error{path + ": larger than " + std::to_string(kMaxProcFile) + " bytes"};
-    }
-    file.text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return file;
+  return FileText{false, std::move(*text)};
 }
 
 struct DirNames {

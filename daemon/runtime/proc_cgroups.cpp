@@ -1,5 +1,7 @@
 #include "runtime/proc_cgroups.h"
 
+#include "hostfs/bounded_file.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -45,28 +47,6 @@ Result<ProcCgroupsEntry> parse_line(std::string_view line) {
   return e;
 }
 
-Result<std::string> read_small_file(const std::string& path) {
-  // O_NONBLOCK: a FIFO planted in a configured proc_root must not block the daemon.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return Error{path + ": " + std::strerror(errno)};
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      if (n < 0) return Error{path + ": " + std::strerror(err)};
-      return text;
-    }
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > kMaxProcCgroups) {
-      ::close(fd);
-      return Error{path + ": larger than " + std::to_string(kMaxProcCgroups) + " bytes"};
-    }
-  }
-}
 
 }  // namespace
 
@@ -97,7 +77,7 @@ Result<std::uint32_t> v1_hierarchy_id(const std::vector<ProcCgroupsEntry>& entri
 
 Result<std::uint32_t> read_v1_hierarchy_id(const std::string& proc_root, std::string_view controller) {
   const std::string path = proc_root + "/cgroups";
-  auto text = read_small_file(path);
+  auto text = read_bounded_file(path, {.max_bytes = kMaxProcCgroups});
   if (!text) return text.error();
   auto entries = parse_proc_cgroups(*text);
   if (!entries) return with_context(path, entries.error());
