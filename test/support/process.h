@@ -64,6 +64,9 @@ bool eventually(Pred pred, std::chrono::milliseconds timeout = 5s) {
   return pred();
 }
 
+// A TCP connection to 127.0.0.1:<port> (reads time out after `receive_timeout_s` when > 0);
+// -1 on failure.
+int connect_loopback(int port, int receive_timeout_s = 0);
 // GET http://127.0.0.1:<port><path> with a plain socket; returns the body, "" on failure.
 std::string http_get(int port, const std::string& path = "/metrics");
 // A free TCP port on 127.0.0.1.
