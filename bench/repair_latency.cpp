@@ -25,11 +25,13 @@
 
 #include "backend/devices_v1.h"
 #include "core/device_rule.h"
+#include "bench_node.h"
 #include "support/daemon_harness.h"
 
 using namespace gdw;
 using namespace gdw::test;
 using Clock = std::chrono::steady_clock;
+using gdw::bench::rss_mib;
 
 namespace {
 
@@ -38,35 +40,10 @@ struct CpuSample {
   Clock::time_point at;
 };
 
-CpuSample cpu_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream fields(s.substr(s.rfind(')') + 2));
-  std::string f;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> f; ++i) {
-    if (i == 14) utime = std::stoull(f);
-    if (i == 15) stime = std::stoull(f);
-  }
-  return {static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK)), Clock::now()};
-}
+CpuSample cpu_of(pid_t pid) { return {gdw::bench::cpu_seconds(pid), Clock::now()}; }
 
 double cpu_percent(const CpuSample& a, const CpuSample& b) {
   return 100.0 * (b.cpu_seconds - a.cpu_seconds) / std::chrono::duration<double>(b.at - a.at).count();
-}
-
-double rss_mib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (in >> key) {
-    if (key == "VmRSS:") {
-      long kib = 0;
-      in >> kib;
-      return kib / 1024.0;
-    }
-    in.ignore(1 << 12, '\n');
-  }
-  return -1;
 }
 
 struct Percentiles {
@@ -226,10 +203,7 @@ int main(int argc, char** argv) {
               "max µs", "resync ms", "reload ms", "RSS idle", "RSS load", "CPU idle", "CPU load");
   for (int n : sizes) {
     SandboxNode node;
-    for (int i = 0; i < n; ++i)
-      node.add_container({.pod_namespace = "bench", .pod_name = "p" + std::to_string(i), .container_name = "c",
-                          .device_ids = {node.gpu_uuid(i % 2)}});
-    node.write_checkpoint();
+    gdw::bench::add_bench_containers(node, n, n, 2);  // every one a GPU container, on nvidia0 or nvidia1
 
     // The daemon, rate limit out of the way: this measures latency, not the policy.
     DaemonHarness daemon(node);

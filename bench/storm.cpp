@@ -43,6 +43,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_node.h"
 #include "storm_observe.h"
 #include "support/metrics_text.h"
 #include "support/process.h"
@@ -71,18 +72,7 @@ struct Options {
 
 // ---- the repairer processes -------------------------------------------------------------
 
-double cpu_ms(pid_t pid) {  // utime + stime of the whole process
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream fields(s.substr(s.rfind(')') + 2));
-  std::string f;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> f; ++i) {
-    if (i == 14) utime = std::stoull(f);
-    if (i == 15) stime = std::stoull(f);
-  }
-  return 1000.0 * static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
+double cpu_ms(pid_t pid) { return 1000.0 * cpu_seconds(pid); }  // utime + stime of the whole process
 
 // The same total with nanosecond resolution: the process's CPU-time clock.
 double cpu_clock_ms(pid_t pid) {
@@ -90,14 +80,6 @@ double cpu_clock_ms(pid_t pid) {
   timespec ts{};
   if (::clock_getcpuclockid(pid, &id) != 0 || ::clock_gettime(id, &ts) != 0) return -1;
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
-double rss_mib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return -1;
 }
 
 class Repairer {
@@ -372,20 +354,14 @@ int int_flag(const std::string& v) { return std::stoi(v); }
 // The node: the first --gpu-containers containers hold one GPU each (round robin).
 std::vector<Target> populate(SandboxNode& node, const Options& o) {
   std::vector<Target> targets;
-  for (int i = 0; i < o.containers; ++i) {
-    check_interrupted();
-    const bool gpu = i < o.gpu_containers;
-    const auto& c = node.add_container({.pod_namespace = "bench", .pod_name = "p" + std::to_string(i),
-                                        .container_name = "c",
-                                        .device_ids = gpu ? std::vector<std::string>{node.gpu_uuid(i % o.gpus)}
-                                                          : std::vector<std::string>{}});
-    if (!gpu) continue;
-    Target t{&c, wanted_rules(static_cast<std::uint32_t>(i % o.gpus)), -1};
+  const auto gpu_holders = add_bench_containers(node, o.containers, o.gpu_containers, o.gpus, check_interrupted);
+  for (std::size_t i = 0; i < gpu_holders.size(); ++i) {
+    const SandboxContainer& c = *gpu_holders[i];
+    Target t{&c, wanted_rules(static_cast<std::uint32_t>(i % static_cast<std::size_t>(o.gpus))), -1};
     t.list_fd = ::open((c.cgroup_dir + "/devices.list").c_str(), O_RDONLY | O_CLOEXEC);
     if (t.list_fd < 0) throw std::runtime_error("cannot open " + c.cgroup_dir + "/devices.list");
     targets.push_back(t);
   }
-  node.write_checkpoint();
   return targets;
 }
 

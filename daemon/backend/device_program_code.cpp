@@ -6,10 +6,6 @@
 #include <cstring>
 
 namespace gdw {
-namespace {
-
-constexpr int kMaxSteps = 1 << 16;
-constexpr std::uint32_t kCtxSize = 12;  // struct bpf_cgroup_dev_ctx: access_type, major, minor
 
 bpf_insn insn(std::uint8_t code, std::uint8_t dst, std::uint8_t src, std::int16_t off, std::int32_t imm) {
   bpf_insn i{};
@@ -20,6 +16,11 @@ bpf_insn insn(std::uint8_t code, std::uint8_t dst, std::uint8_t src, std::int16_
   i.imm = imm;
   return i;
 }
+
+namespace {
+
+constexpr int kMaxSteps = 1 << 16;
+constexpr std::uint32_t kCtxSize = 12;  // struct bpf_cgroup_dev_ctx: access_type, major, minor
 
 bool same(const bpf_insn& a, const bpf_insn& b) {
   return a.code == b.code && a.dst_reg == b.dst_reg && a.src_reg == b.src_reg && a.off == b.off && a.imm == b.imm;

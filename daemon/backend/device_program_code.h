@@ -40,6 +40,10 @@ namespace gdw {
 
 using BpfCode = std::vector<bpf_insn>;
 
+// One instruction from its fields (registers 0..10): how the wrapper's code is written here,
+// and how tests write programs of their own.
+bpf_insn insn(std::uint8_t code, std::uint8_t dst, std::uint8_t src, std::int16_t off, std::int32_t imm);
+
 // "gdw\x01": the first instruction of every wrapper of ours (r0 = kWrapperMagic).
 inline constexpr std::int32_t kWrapperMagic = 0x67647701;
 // The most devices one wrapper allows: far above any container's allocation.

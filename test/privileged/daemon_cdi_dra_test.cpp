@@ -12,8 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "support/daemon_harness.h"
-#include "support/kubelet_grpc_fakes.h"
+#include "support/daemon_pod_resources_fixture.h"
 
 namespace gdw::test {
 namespace {
@@ -35,30 +34,14 @@ void write_spec(const std::string& dir, const std::string& name, const std::stri
   ASSERT_EQ(std::rename(tmp.c_str(), (dir + "/" + name).c_str()), 0);
 }
 
-class DaemonCdiDra : public ::testing::Test {
+class DaemonCdiDra : public DaemonWithPodResourcesTest {
  protected:
-  void SetUp() override {
-    if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
-    warm_up_grpc_client();
-    node_ = std::make_unique<SandboxNode>();
-    daemon_ = std::make_unique<DaemonHarness>(*node_);
-  }
-  void TearDown() override {
-    if (daemon_) daemon_->stop();
-  }
-  void let_pod_resources_settle(const FakePodResources& kubelet) {
-    const int calls = kubelet.list_calls();
-    EXPECT_TRUE(eventually([&] { return kubelet.list_calls() >= calls + 3; }, std::chrono::seconds(5)));
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
   nlohmann::json check_json() {
     CommandResult r = run_command({GDW_BINARY, "check", "--json", "--config", daemon_->config_path()});
     auto doc = nlohmann::json::parse(r.out, nullptr, false);
     EXPECT_FALSE(doc.is_discarded()) << r.out << r.err;
     return doc;
   }
-  std::unique_ptr<SandboxNode> node_;
-  std::unique_ptr<DaemonHarness> daemon_;
 };
 
 // A container whose GPU only a DRA claim gives (no device plugin, no hook grant).

@@ -13,35 +13,21 @@
 #include <iostream>
 #include <thread>
 
-#include "support/daemon_harness.h"
+#include "support/daemon_fixture.h"
 #include "support/fake_apiserver.h"
 
 namespace gdw::test {
 namespace {
 
 
-class DaemonEvents : public ::testing::Test {
+class DaemonEvents : public DaemonWithTrainerTest {
  protected:
-  void SetUp() override {
-    if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
-    node_ = std::make_unique<SandboxNode>();
-    c_ = &node_->add_container({.pod_namespace = "ml", .pod_name = "trainer-0", .container_name = "trainer",
-                                .device_ids = {node_->gpu_uuid(0)}});
-    node_->write_checkpoint();
-    daemon_ = std::make_unique<DaemonHarness>(*node_);
-  }
-  void TearDown() override {
-    if (daemon_) daemon_->stop();
-  }
   std::vector<RecordedRequest> events_of(const FakeApiServer& server, const std::string& reason) {
     std::vector<RecordedRequest> out;
     for (auto& r : server.requests())
       if (r.method == "PATCH" || (r.body.is_object() && r.body.value("reason", "") == reason)) out.push_back(r);
     return out;
   }
-  std::unique_ptr<SandboxNode> node_;
-  const SandboxContainer* c_ = nullptr;
-  std::unique_ptr<DaemonHarness> daemon_;
 };
 
 TEST_F(DaemonEvents, ARepairedRevocationIsAWarningOnThePod) {

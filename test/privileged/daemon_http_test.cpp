@@ -17,7 +17,7 @@
 #include <sstream>
 #include <thread>
 
-#include "support/daemon_harness.h"
+#include "support/daemon_fixture.h"
 
 namespace gdw::test {
 namespace {
@@ -72,20 +72,12 @@ std::vector<int> open_half_requests(int port, int n) {
   return fds;
 }
 
-class DaemonHttp : public ::testing::Test {
+class DaemonHttp : public DaemonWithTrainerTest {
  protected:
-  void SetUp() override {
-    if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
-    node_ = std::make_unique<SandboxNode>();
-    node_->add_container({.pod_namespace = "ml", .pod_name = "trainer-0", .container_name = "trainer",
-                          .device_ids = {node_->gpu_uuid(0)}});
-    node_->write_checkpoint();
-    daemon_ = std::make_unique<DaemonHarness>(*node_);
-  }
   void TearDown() override {
     for (int fd : held_) ::close(fd);
     unblock_config_read();
-    if (daemon_) daemon_->stop();
+    DaemonWithTrainerTest::TearDown();
   }
   // A reader blocked on the config FIFO returns once a writer opens and closes it.
   void unblock_config_read() {
@@ -97,8 +89,6 @@ class DaemonHttp : public ::testing::Test {
     }
     fifo_valid_text_.clear();
   }
-  std::unique_ptr<SandboxNode> node_;
-  std::unique_ptr<DaemonHarness> daemon_;
   std::vector<int> held_;
   std::string fifo_valid_text_;
 };

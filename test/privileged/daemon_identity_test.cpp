@@ -8,35 +8,14 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "support/daemon_harness.h"
-#include "support/kubelet_grpc_fakes.h"
+#include "support/daemon_pod_resources_fixture.h"
 
 namespace gdw::test {
 namespace {
 
 constexpr const char* kKubelet = "  pod_resources_interval: 200ms\n";
 
-class DaemonIdentity : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
-    warm_up_grpc_client();
-    node_ = std::make_unique<SandboxNode>();
-    daemon_ = std::make_unique<DaemonHarness>(*node_);
-  }
-  void TearDown() override {
-    if (daemon_) daemon_->stop();
-  }
-  // Several PodResources answers after the one that made a grant: whatever the daemon
-  // would do with them it has done.
-  void let_pod_resources_settle(const FakePodResources& kubelet) {
-    const int calls = kubelet.list_calls();
-    EXPECT_TRUE(eventually([&] { return kubelet.list_calls() >= calls + 3; }, std::chrono::seconds(5)));
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  std::unique_ptr<SandboxNode> node_;
-  std::unique_ptr<DaemonHarness> daemon_;
-};
+using DaemonIdentity = DaemonWithPodResourcesTest;
 
 TEST_F(DaemonIdentity, ACrioPodCopyingAnotherPodsCriKeysGetsNoneOfItsDevices) {
   // The victim: a CRI-O GPU pod that only PodResources knows (so only that path grants),

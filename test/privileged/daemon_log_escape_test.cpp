@@ -9,7 +9,7 @@
 #include <fcntl.h>
 #include <sstream>
 
-#include "support/daemon_harness.h"
+#include "support/daemon_fixture.h"
 
 namespace gdw::test {
 namespace {
@@ -18,21 +18,18 @@ namespace {
 constexpr char kEvilComm[] = "x\nWARN forged";
 
 
-TEST(DaemonLog, ANewlineInAWritersCommCannotForgeALogLine) {
-  if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
-  SandboxNode node;
-  const auto& c = node.add_container({.pod_namespace = "ml", .pod_name = "trainer-0", .container_name = "trainer",
-                                      .device_ids = {node.gpu_uuid(0)}});
-  node.write_checkpoint();
-  DaemonHarness daemon(node);
-  ASSERT_TRUE(daemon.start("", /*probe=*/true)) << daemon.output();
-  if (daemon.metric("gpu_devwatch_probe_loaded") != 1) GTEST_SKIP() << "the eBPF probe could not load:\n" << daemon.output();
+using DaemonLog = DaemonWithTrainerTest;
+
+TEST_F(DaemonLog, ANewlineInAWritersCommCannotForgeALogLine) {
+  const auto& c = *c_;
+  ASSERT_TRUE(daemon_->start("", /*probe=*/true)) << daemon_->output();
+  if (daemon_->metric("gpu_devwatch_probe_loaded") != 1) GTEST_SKIP() << "the eBPF probe could not load:\n" << daemon_->output();
 
   ASSERT_TRUE(SandboxNode::reapply_as_old_runc(c, kEvilComm));
-  EXPECT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << daemon.output();
+  EXPECT_TRUE(daemon_->eventually_errno(c, "nvidia0", ENXIO)) << daemon_->output();
   // The repair line names the writer, its comm escaped.
-  EXPECT_TRUE(daemon.process().wait_for_output("comm x\\nWARN forged")) << daemon.output();
-  std::istringstream lines(daemon.output());
+  EXPECT_TRUE(daemon_->process().wait_for_output("comm x\\nWARN forged")) << daemon_->output();
+  std::istringstream lines(daemon_->output());
   std::size_t n = 0;
   for (std::string line; std::getline(lines, line);) {
     if (line.find("WARN forged") == std::string::npos) continue;
@@ -43,7 +40,7 @@ TEST(DaemonLog, ANewlineInAWritersCommCannotForgeALogLine) {
     EXPECT_NE(line.find("comm x\\nWARN forged"), std::string::npos) << line;
   }
   EXPECT_GE(n, 1u);
-  EXPECT_EQ(daemon.stop(), 0) << daemon.output();
+  EXPECT_EQ(daemon_->stop(), 0) << daemon_->output();
 }
 
 }  // namespace

@@ -10,23 +10,12 @@
 
 #include "kubelet/checkpoint.h"
 
-#include "support/daemon_harness.h"
-#include "support/kubelet_grpc_fakes.h"
+#include "support/daemon_pod_resources_fixture.h"
 
 namespace gdw::test {
 namespace {
 
-class DaemonNodeHealth : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
-    warm_up_grpc_client();
-    node_ = std::make_unique<SandboxNode>();
-    daemon_ = std::make_unique<DaemonHarness>(*node_);
-  }
-  std::unique_ptr<SandboxNode> node_;
-  std::unique_ptr<DaemonHarness> daemon_;
-};
+using DaemonNodeHealth = DaemonWithPodResourcesTest;
 
 TEST_F(DaemonNodeHealth, AContainerOnlyPodResourcesKnowsIsRepairedAndTheDisagreementReported) {
   // Running, with a GPU, but the checkpoint does not record it (e.g. written before a crash).

@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#include "support/daemon_harness.h"
+#include "support/daemon_fixture.h"
 
 namespace gdw::test {
 namespace {
@@ -101,17 +101,16 @@ double percentile(std::vector<double> values, double p) {
   return values[std::min(values.size() - 1, static_cast<std::size_t>(p * static_cast<double>(values.size())))];
 }
 
-class TenantAgainstTheLoop : public ::testing::Test {
+class TenantAgainstTheLoop : public DaemonTest {
  protected:
   void SetUp() override {
-    if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
-    node_ = std::make_unique<SandboxNode>();
+    DaemonTest::SetUp();
+    if (!set_up()) return;
     tenant_ = &node_->add_container({.pod_namespace = "tenant", .pod_name = "noisy-0", .container_name = "noisy",
                                      .device_ids = {node_->gpu_uuid(0)}});
     victim_ = &node_->add_container({.pod_namespace = "ml", .pod_name = "trainer-0", .container_name = "trainer",
                                      .device_ids = {node_->gpu_uuid(1)}});
     node_->write_checkpoint();
-    daemon_ = std::make_unique<DaemonHarness>(*node_);
     // Many revocations in a row must all be repaired at once, not rate-limited.
     ASSERT_TRUE(daemon_->start("repair:\n  burst: 10000\n  max_per_minute: 600000\n", /*probe=*/true, "",
                                "  syscall_hook: always\n"))
@@ -134,10 +133,8 @@ class TenantAgainstTheLoop : public ::testing::Test {
     return std::nullopt;
   }
 
-  std::unique_ptr<SandboxNode> node_;
   const SandboxContainer* tenant_ = nullptr;
   const SandboxContainer* victim_ = nullptr;
-  std::unique_ptr<DaemonHarness> daemon_;
 };
 
 // The reproduction from the issue: an unprivileged process in one GPU container opens a

@@ -13,30 +13,19 @@
 #include <map>
 #include <thread>
 
-#include "support/daemon_harness.h"
+#include "support/daemon_fixture.h"
 
 namespace gdw::test {
 namespace {
 
 
-class DaemonWithProbe : public ::testing::Test {
+class DaemonWithProbe : public DaemonWithTrainerTest {
  protected:
-  void SetUp() override {
-    if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
-    node_ = std::make_unique<SandboxNode>();
-    c_ = &node_->add_container({.pod_namespace = "ml", .pod_name = "trainer-0", .container_name = "trainer",
-                                .device_ids = {node_->gpu_uuid(0)}});
-    node_->write_checkpoint();
-    daemon_ = std::make_unique<DaemonHarness>(*node_);
-  }
   void start(const std::string& extra = "", const std::string& probe_extra = "") {
     ASSERT_TRUE(daemon_->start(extra, /*probe=*/true, "", probe_extra)) << daemon_->output();
     if (daemon_->metric("gpu_devwatch_probe_loaded") != 1)
       GTEST_SKIP() << "the eBPF probe could not load here:\n" << daemon_->output();
   }
-  std::unique_ptr<SandboxNode> node_;
-  const SandboxContainer* c_ = nullptr;
-  std::unique_ptr<DaemonHarness> daemon_;
 };
 
 TEST_F(DaemonWithProbe, TheRepairNamesTheWriter) {

@@ -7,18 +7,10 @@
 
 #include <cerrno>
 
+#include "backend/device_program_code.h"
+
 namespace gdw::test {
 namespace {
-
-bpf_insn insn(std::uint8_t code, std::uint8_t dst, std::uint8_t src, std::int16_t off, std::int32_t imm) {
-  bpf_insn i{};
-  i.code = code;
-  i.dst_reg = dst & 0xf;
-  i.src_reg = src & 0xf;
-  i.off = off;
-  i.imm = imm;
-  return i;
-}
 
 std::vector<bpf_insn> assemble_device_filter(const std::vector<OciDeviceCgroupRule>& rules) {
   enum { R0 = 0, R1 = 1, R2 = 2, R3 = 3, R4 = 4, R5 = 5 };

@@ -11,16 +11,6 @@
 namespace gdw {
 namespace {
 
-bpf_insn insn(std::uint8_t code, std::uint8_t dst, std::uint8_t src, std::int16_t off, std::int32_t imm) {
-  bpf_insn i{};
-  i.code = code;
-  i.dst_reg = dst;
-  i.src_reg = src;
-  i.off = off;
-  i.imm = imm;
-  return i;
-}
-
 struct Random {
   std::uint32_t seed;
   std::uint32_t operator()(std::uint32_t n) {
