@@ -38,6 +38,7 @@ struct Config {
     std::string kubepods;  // empty: detect kubepods or kubepods.slice
     CgroupVersion version = CgroupVersion::kAuto;
     CgroupDriver driver = CgroupDriver::kAuto;
+    bool operator==(const Cgroup&) const = default;
   } cgroup;
 
   struct Kubelet {
@@ -59,6 +60,7 @@ struct Config {
     // apart before the remediation runs.
     Duration stale_confirm_after{300000};
     std::string unit = "kubelet.service";
+    bool operator==(const Kubelet&) const = default;
   } kubelet;
 
   struct Runtime {
@@ -66,6 +68,7 @@ struct Config {
         "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
         "/run/containers/storage/overlay-containers",
     };
+    bool operator==(const Runtime&) const = default;
   } runtime;
 
   struct Devices {
@@ -84,12 +87,14 @@ struct Config {
     // GPUs a container without allocation reaches through NVIDIA_VISIBLE_DEVICES:
     // report (default) or restore (core/env_visible.h).
     EnvVisiblePolicy env_visible = EnvVisiblePolicy::kReport;
+    bool operator==(const Devices&) const = default;
   } devices;
 
   // Container Device Interface spec files (JSON or YAML), for the CDI names of device
   // plugins' AllocResp and of DRA claims. A device defined in a later directory wins.
   struct Cdi {
     std::vector<std::string> spec_dirs = {"/etc/cdi", "/var/run/cdi"};
+    bool operator==(const Cdi&) const = default;
   } cdi;
 
   struct Repair {
@@ -110,6 +115,7 @@ struct Config {
     std::uint32_t log_burst = 10;
     Duration log_interval{10000};
     Duration rejected_backoff{30000};    // after the kernel refuses a grant
+    bool operator==(const Repair&) const = default;
   } repair;
 
   struct Daemon {
@@ -117,6 +123,7 @@ struct Config {
     // cgroup v2: how often device programs are re-queried (a link released by its holder's
     // exit makes no bpf() call the probe could see).
     Duration program_query_interval{10000};
+    bool operator==(const Daemon&) const = default;
   } daemon;
 
   struct Metrics {
@@ -126,6 +133,7 @@ struct Config {
     // /healthz answers 503 once the event loop has not turned for this long (systemd's
     // WatchdogSec, when set, takes its place).
     Duration health_stale_after{30000};
+    bool operator==(const Metrics&) const = default;
   } metrics;
 
   struct Probe {
@@ -133,6 +141,7 @@ struct Config {
     SyscallHookPolicy syscall_hook = SyscallHookPolicy::kAuto;
     // on-drift: how long the hook stays attached after the last missing device is back.
     Duration syscall_hook_linger{30000};
+    bool operator==(const Probe&) const = default;
   } probe;
 
   struct Systemd {
@@ -141,6 +150,7 @@ struct Config {
     // Where systemd keeps runtime unit files and drop-ins, highest priority first: a
     // scope's DeviceAllow= is read there (exposure, node/exposure.h).
     std::vector<std::string> unit_dirs = {"/run/systemd/system.control", "/run/systemd/transient"};
+    bool operator==(const Systemd&) const = default;
   } systemd;
 
   // The API server, for Kubernetes Events. Empty api_server: the in-cluster convention,
@@ -149,16 +159,22 @@ struct Config {
     std::string api_server;
     std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
     std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+    bool operator==(const Kubernetes&) const = default;
   } kubernetes;
 
   struct Events {
     EventsPolicy enabled = EventsPolicy::kAuto;
     std::uint32_t pod_writes_per_minute = 4;  // API writes one pod's events may cost
+    bool operator==(const Events&) const = default;
   } events;
 
   struct Log {
     std::string level = "info";
+    bool operator==(const Log&) const = default;
   } log;
+
+  // Reload compares the running configuration with the file section by section.
+  bool operator==(const Config&) const = default;
 };
 
 // Parses YAML text. `file_name` only labels errors. An empty document gives the defaults.

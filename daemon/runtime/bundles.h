@@ -7,8 +7,10 @@
 #include <sys/types.h>
 
 #include <map>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/oci_config.h"
@@ -53,12 +55,16 @@ class BundleIndex {
   struct Entry {
     Bundle bundle;
     Stamp stamp;
+    std::size_t source = 0;      // state directory index * layouts + layout index
+    std::uint64_t seen = 0;      // the refresh() that last found it
   };
-  // Reads <dir>/<id>/... if present; returns whether a bundle is indexed afterwards.
-  bool load(const std::string& dir, const std::string& id);
+  // Reads <state_dirs_[dir_index]>/<id>/... if present (relative to dir_fd, the state
+  // directory open, or AT_FDCWD); returns whether a bundle is indexed afterwards.
+  bool load(std::size_t dir_index, int dir_fd, std::string_view id);
 
   std::vector<std::string> state_dirs_;
-  std::map<std::string, Entry> bundles_;
+  std::map<std::string, Entry, std::less<>> bundles_;
+  std::uint64_t refreshes_ = 0;
   std::map<std::string, std::string> problems_;
   std::uint64_t generation_ = 0;
 };

@@ -1,7 +1,8 @@
 #include "runtime/discovery.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
+
+#include "runtime/dir_entries.h"
 
 namespace gdw {
 namespace {
@@ -9,19 +10,6 @@ namespace {
 bool is_dir(const std::string& path) {
   struct stat st{};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-std::vector<std::string> subdirs(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return names;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_type != DT_DIR) continue;  // cgroupfs always fills d_type
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(std::move(name));
-  }
-  ::closedir(d);
-  return names;
 }
 
 }  // namespace
@@ -87,26 +75,35 @@ std::optional<CgroupDirKind> classify_cgroup_dir(const KubepodsLocation& where, 
 }
 
 KubepodsTree scan_kubepods(const KubepodsLocation& where) {
+  // Every resync walks the whole tree (it is what catches a missed event): dir_entries.h.
   KubepodsTree tree;
-  auto scan_pod = [&](const std::string& pod_dir, QosClass qos, const PodDirName& pod) {
-    tree.parent_dirs.push_back(pod_dir);
-    for (const auto& name : subdirs(pod_dir)) {
-      if (auto leaf = parse_container_leaf(name))
-        tree.containers.push_back(DiscoveredContainer{pod_dir + "/" + name, pod_dir, qos, pod, std::move(*leaf)});
-    }
-  };
   const std::string root = where.dir();
-  for (const auto& name : subdirs(root)) {
-    const std::string dir = root + "/" + name;
+  DirFd root_fd(open_dir(root.c_str()));
+  auto scan_pod = [&](int parent_fd, std::string_view name, std::string pod_dir, QosClass qos, const PodDirName& pod) {
+    // Not added to parent_dirs while it is read: this reference stays valid.
+    const std::string& pod_path = tree.parent_dirs.emplace_back(std::move(pod_dir));
+    DirFd pod_fd(open_subdir(parent_fd, name));
+    for_each_subdir(pod_fd.get(), [&](std::string_view leaf_name) {
+      if (auto leaf = parse_container_leaf(leaf_name)) {
+        std::string dir = pod_path;
+        dir.append("/").append(leaf_name);
+        tree.containers.push_back(DiscoveredContainer{std::move(dir), pod_path, qos, pod, std::move(*leaf)});
+      }
+    });
+  };
+  for_each_subdir(root_fd.get(), [&](std::string_view name) {
+    std::string dir = root;
+    dir.append("/").append(name);
     if (auto qos = parse_qos_dir(name)) {
       tree.parent_dirs.push_back(dir);
-      for (const auto& pod_name : subdirs(dir)) {
-        if (auto pod = parse_pod_dir(pod_name)) scan_pod(dir + "/" + pod_name, *qos, *pod);
-      }
+      DirFd qos_fd(open_subdir(root_fd.get(), name));
+      for_each_subdir(qos_fd.get(), [&](std::string_view pod_name) {
+        if (auto pod = parse_pod_dir(pod_name)) scan_pod(qos_fd.get(), pod_name, dir + "/" + std::string(pod_name), *qos, *pod);
+      });
     } else if (auto pod = parse_pod_dir(name)) {
-      scan_pod(dir, QosClass::kGuaranteed, *pod);
+      scan_pod(root_fd.get(), name, std::move(dir), QosClass::kGuaranteed, *pod);
     }
-  }
+  });
   return tree;
 }
 
