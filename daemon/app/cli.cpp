@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "app/check_command.h"
+#include "app/malloc_tuning.h"
 #include "build_info.h"
 #include "nvidia/nvml.h"
 #include "service/daemon.h"
@@ -39,7 +40,10 @@ struct Command {
 int run_check_command(const ParsedArgs& a) {
   return run_check(CheckOptions{a.value("--config"), a.has("--json"), a.has("--repair")});
 }
-int run_daemon_command(const ParsedArgs& a) { return run_daemon(a.value("--config")); }
+int run_daemon_command(const ParsedArgs& a) {
+  tune_malloc_for_daemon();
+  return run_daemon(a.value("--config"));
+}
 int run_version_command(const ParsedArgs&) {
   std::printf("gpu-devwatch %s (%s)\n", GDW_VERSION, GDW_GIT_REVISION);
   return 0;

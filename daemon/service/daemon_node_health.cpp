@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include "log/log.h"
+#include "memory/resident_pages.h"
 #include "service/daemon.h"
 
 namespace gdw {
@@ -52,6 +53,12 @@ void Daemon::notify_ready_when_settled() {
   sd_notifyf(0, "READY=1\nSTATUS=watching %zu GPU container(s); eBPF probe %s",
              static_cast<std::size_t>(gpu_containers), probe_status_.c_str());
   log::info("ready");
+  // Startup (linking ~100 libraries, the first resync, the first PodResources answer) is
+  // done: what only it touched need not stay resident (memory/resident_pages.h).
+  if (auto released = release_startup_memory(); !released)
+    log::warn("keeping startup memory resident: " + released.error().message);
+  else
+    log::debug("released " + std::to_string(released->file_kib) + " KiB of startup-only file pages");
 }
 
 }  // namespace gdw
