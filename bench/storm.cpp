@@ -1,10 +1,12 @@
 // gpu-devwatch against a careful hand-written Python inotify fixer (bench/python_fixer.py),
-// side by side in one run, on a sandbox node on the real kernel (cgroup v1): real test
-// cgroups under a unique parent, a sleeping process in each, mknod'ed GPU nodes.
+// the baseline, and against the least any inotify fixer must do (bench/floor_fixer.cpp:
+// C++, deny file only, nothing but the repair), side by side in one run, on a sandbox node
+// on the real kernel (cgroup v1): real test cgroups under a unique parent, a sleeping
+// process in each, mknod'ed GPU nodes.
 //
 // The daemon runs with the default config: only what a sandbox node needs is set (its paths,
 // and metrics on a free loopback port). Repairers alternate: each round starts one, measures,
-// stops it, then the other (the order flips every round). Per repairer:
+// stops it, then the next (each goes first in turn). Per repairer:
 //   reaction  single re-applies (old runc: `a` to devices.deny, then the spec's allows, no GPU)
 //             of a random GPU container: last write -> its devices covered again; window:
 //             first (revoking) write -> covered;
@@ -24,13 +26,15 @@
 //   build/bench/storm [--containers 500] [--gpu-containers 128] [--gpus 8] [--rounds 3]
 //                     [--singles 300] [--storms 20] [--fight-hz 200] [--fight-seconds 5]
 //                     [--storm-gap-ms 0] [--daemon-extra YAML] [--python-fixer PATH]
-//                     [--daemon-binary PATH (default: this build's gpu-devwatch)]     (as root)
+//                     [--daemon-binary PATH (default: this build's gpu-devwatch)]
+//                     [--floor-fixer PATH (default: floor_fixer beside this program)]   (as root)
 #include <fcntl.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -68,6 +72,7 @@ struct Options {
   std::string daemon_extra;
   std::string daemon_binary = GDW_BINARY;
   std::string python_fixer = GDW_SOURCE_DIR "/bench/python_fixer.py";
+  std::string floor_fixer;  // default: floor_fixer beside this program
 };
 
 // ---- the repairer processes -------------------------------------------------------------
@@ -136,6 +141,21 @@ class PythonFixer : public Repairer {
 
  private:
   std::string script_, targets_;
+};
+
+// The least an inotify fixer must do (bench/floor_fixer.cpp): what is left of a repair's
+// cost when nothing but the kernel's part remains.
+class FloorFixer : public Repairer {
+ public:
+  FloorFixer(std::string binary, std::string targets) : binary_(std::move(binary)), targets_(std::move(targets)) {}
+  const char* name() const override { return "C++ floor"; }
+  bool start() override {
+    process_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{binary_, targets_});
+    return process_->wait_for_output(" ready", 30s);
+  }
+
+ private:
+  std::string binary_, targets_;
 };
 
 // ---- the measurements -------------------------------------------------------------------
@@ -314,42 +334,55 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? -1 : s / static_cast<double>(v.size());
 }
 
-void row(const char* what, double daemon, double python, const char* unit, int decimals = 1) {
-  std::printf("%-44s %12.*f %12.*f %-4s %8.2f\n", what, decimals, daemon, decimals, python, unit,
-              daemon > 0 ? python / daemon : 0.0);
+void row(const char* what, double daemon, double python, double floor, const char* unit, int decimals = 1) {
+  std::printf("%-44s %12.*f %12.*f %12.*f %-4s %8.2f %8.2f\n", what, decimals, daemon, decimals, python, decimals, floor,
+              unit, daemon > 0 ? python / daemon : 0.0, daemon > 0 ? floor / daemon : 0.0);
 }
 
-void print(const Figures& d, const Figures& p, const Figures& floor) {
-  std::printf("\n%-44s %12s %12s %-4s %8s\n", "figure", "gpu-devwatch", "python", "", "py/gdw");
-  row("reaction p50 (last write -> covered)", pct(d.reaction_us, .5), pct(p.reaction_us, .5), "µs");
-  row("reaction p99", pct(d.reaction_us, .99), pct(p.reaction_us, .99), "µs");
-  row("window p50 (first write -> covered)", pct(d.window_us, .5), pct(p.window_us, .5), "µs");
-  row("window p99", pct(d.window_us, .99), pct(p.window_us, .99), "µs");
-  row("storm all-whole p50", pct(d.all_whole_us, .5), pct(p.all_whole_us, .5), "µs");
-  row("storm writer time p50", pct(d.writer_us, .5), pct(p.writer_us, .5), "µs");
-  row("storm tail p50 (all-whole - writer)", pct(d.tail_us, .5), pct(p.tail_us, .5), "µs");
-  row("storm tail p99", pct(d.tail_us, .99), pct(p.tail_us, .99), "µs");
-  row("repairer CPU per storm (utime+stime)", mean(d.storm_cpu_ms), mean(p.storm_cpu_ms), "ms", 2);
-  row("  same, CPU-time clock (ns resolution)", mean(d.storm_cpu_clock_ms), mean(p.storm_cpu_clock_ms), "ms", 2);
-  row("fight reaction p50", pct(d.fight_us, .5), pct(p.fight_us, .5), "µs");
-  row("fight reaction p99", pct(d.fight_us, .99), pct(p.fight_us, .99), "µs");
-  row("fight reaction max", pct(d.fight_us, 1), pct(p.fight_us, 1), "µs");
-  row("fight re-applies", d.fight_reapplies, p.fight_reapplies, "", 0);
-  row("fight re-applies not covered before the next", d.fight_late, p.fight_late, "", 0);
-  row("RSS idle (VmRSS)", d.rss_idle, p.rss_idle, "MiB");
-  row("RSS after storms", d.rss_storm, p.rss_storm, "MiB");
-  row("idle CPU (max over rounds)", d.idle_cpu_ms_per_s, p.idle_cpu_ms_per_s, "ms/s", 2);
+// The figures of gpu-devwatch (d), the Python fixer (p) and the C++ floor fixer (c).
+void print(const Figures& d, const Figures& p, const Figures& c, const Figures& floor) {
+  std::printf("\n%-44s %12s %12s %12s %-4s %8s %8s\n", "figure", "gpu-devwatch", "python", "C++ floor", "", "py/gdw",
+              "floor/gdw");
+  auto pct_row = [&](const char* what, std::vector<double> Figures::*v, double q, const char* unit) {
+    row(what, pct(d.*v, q), pct(p.*v, q), pct(c.*v, q), unit);
+  };
+  pct_row("reaction p50 (last write -> covered)", &Figures::reaction_us, .5, "µs");
+  pct_row("reaction p99", &Figures::reaction_us, .99, "µs");
+  pct_row("window p50 (first write -> covered)", &Figures::window_us, .5, "µs");
+  pct_row("window p99", &Figures::window_us, .99, "µs");
+  pct_row("storm all-whole p50", &Figures::all_whole_us, .5, "µs");
+  pct_row("storm writer time p50", &Figures::writer_us, .5, "µs");
+  pct_row("storm tail p50 (all-whole - writer)", &Figures::tail_us, .5, "µs");
+  pct_row("storm tail p99", &Figures::tail_us, .99, "µs");
+  row("repairer CPU per storm (utime+stime)", mean(d.storm_cpu_ms), mean(p.storm_cpu_ms), mean(c.storm_cpu_ms), "ms", 2);
+  row("  same, CPU-time clock (ns resolution)", mean(d.storm_cpu_clock_ms), mean(p.storm_cpu_clock_ms),
+      mean(c.storm_cpu_clock_ms), "ms", 2);
+  pct_row("fight reaction p50", &Figures::fight_us, .5, "µs");
+  pct_row("fight reaction p99", &Figures::fight_us, .99, "µs");
+  pct_row("fight reaction max", &Figures::fight_us, 1, "µs");
+  row("fight re-applies", d.fight_reapplies, p.fight_reapplies, c.fight_reapplies, "", 0);
+  row("fight re-applies not covered before the next", d.fight_late, p.fight_late, c.fight_late, "", 0);
+  row("RSS idle (VmRSS)", d.rss_idle, p.rss_idle, c.rss_idle, "MiB");
+  row("RSS after storms", d.rss_storm, p.rss_storm, c.rss_storm, "MiB");
+  row("idle CPU (max over rounds)", d.idle_cpu_ms_per_s, p.idle_cpu_ms_per_s, c.idle_cpu_ms_per_s, "ms/s", 2);
   std::printf("gpu-devwatch guard before the fight: %.0f repairs held back; %d of %zu storms delayed by it\n",
               d.guard_before_fight, d.guarded_storms, d.storm_cpu_ms.size());
   std::printf("fight-loop guard engaged: %s (gpu_devwatch_repairs_throttled_total +%.0f, \"rate-limited\" %slogged)\n",
               d.guard > 0 || d.guard_logged ? "YES" : "no", d.guard, d.guard_logged ? "" : "not ");
-  std::printf("samples: %zu singles, %zu storms per repairer; failures gdw %d python %d; overflowed storms gdw %d python %d\n",
-              d.reaction_us.size(), d.storm_cpu_ms.size(), d.failures, p.failures, d.overflows, p.overflows);
+  std::printf("samples: %zu singles, %zu storms per repairer; failures gdw %d python %d floor %d; overflowed storms gdw %d "
+              "python %d floor %d\n",
+              d.reaction_us.size(), d.storm_cpu_ms.size(), d.failures, p.failures, c.failures, d.overflows, p.overflows,
+              c.overflows);
   std::printf("bench floor (whole at the last write, no repairer): reaction p50 %.1f µs p99 %.1f µs\n",
               pct(floor.reaction_us, .5), pct(floor.reaction_us, .99));
 }
 
 int int_flag(const std::string& v) { return std::stoi(v); }
+
+std::string beside_this_program(const std::string& name) {
+  std::error_code ec;
+  return std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / name;
+}
 
 // The node: the first --gpu-containers containers hold one GPU each (round robin).
 std::vector<Target> populate(SandboxNode& node, const Options& o) {
@@ -390,6 +423,7 @@ int main(int argc, char** argv) {
     else if (a == "--daemon-extra") o.daemon_extra = v;
     else if (a == "--python-fixer") o.python_fixer = v;
     else if (a == "--daemon-binary") o.daemon_binary = v;
+    else if (a == "--floor-fixer") o.floor_fixer = v;
     else {
       std::fprintf(stderr, "storm: unknown flag %s\n", a.c_str());
       return 2;
@@ -423,21 +457,24 @@ int main(int argc, char** argv) {
                 o.fight_hz, o.fight_seconds);
     std::fflush(stdout);
     Bench bench(node, targets);
-    Figures floor, fig_d, fig_p;
+    Figures floor, fig_d, fig_p, fig_c;
     for (int k = 0; k < std::min(o.singles, 200); ++k) bench.floor(k % static_cast<int>(targets.size()), floor);
     Daemon daemon(node, o.daemon_binary, o.daemon_extra);
     PythonFixer python(o.python_fixer, files.path() + "/targets.json");
+    FloorFixer floor_fixer(o.floor_fixer.empty() ? beside_this_program("floor_fixer") : o.floor_fixer,
+                           files.path() + "/targets.json");
     for (int round = 0; round < o.rounds; ++round) {
       const bool last = round == o.rounds - 1;
-      Repairer* order[2] = {&daemon, &python};
-      if (round % 2) std::swap(order[0], order[1]);
+      Repairer* order[3] = {&daemon, &python, &floor_fixer};
+      std::rotate(order, order + round % 3, order + 3);  // each goes first in turn
       for (Repairer* r : order) {
         std::printf("round %d: %s\n", round + 1, r->name());
         std::fflush(stdout);
-        run_session(bench, *r, o, round, static_cast<int>(targets.size()), last, r == &daemon ? fig_d : fig_p);
+        Figures& fig = r == &daemon ? fig_d : r == &python ? fig_p : fig_c;
+        run_session(bench, *r, o, round, static_cast<int>(targets.size()), last, fig);
       }
     }
-    print(fig_d, fig_p, floor);
+    print(fig_d, fig_p, fig_c, floor);
     for (auto& t : targets) ::close(t.list_fd);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "storm: %s\n", e.what());

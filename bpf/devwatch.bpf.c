@@ -106,6 +106,13 @@ struct bpf_link___since_6_17 {
 /* Set before load: the kernel has no cap_capable tracepoint, so rule writes are reported
  * whole at syscall exit (while the syscall hook is attached). */
 const volatile bool rule_writes_at_syscall_exit = false;
+/* Set before load: the daemon's own process (its grants are rule writes too, one record
+ * each, which it would only read to drop). 0: every writer is reported. */
+const volatile __u32 ignored_writer_tgid = 0;
+/* Set before load: writes to devices.allow are reported too. The daemon leaves them out:
+ * an allow write cannot revoke, and a re-apply writes a dozen of them per container, each
+ * record a wake-up of the daemon for nothing. */
+const volatile bool report_allow_writes = true;
 /* Written by user space while the program runs: the syscall hook is attached, so a rule
  * write seen at its permission check should have its result reported at exit. */
 volatile bool syscall_hook_attached = false;
@@ -254,6 +261,7 @@ static __always_inline void fill_process(struct gdw_process *p) {
                             __builtin_preserve_access_index(&parent->comm));
   p->cgroup_id = bpf_get_current_cgroup_id();
   p->devices_cgroup_id = devices_cgroup_id(task);
+  p->start_time_ns = BPF_CORE_READ(task, group_leader, start_time);
 }
 
 /* task->files->fdt->fd[fd], NULL when out of range. Runs on every write() on the
@@ -342,13 +350,23 @@ static __always_inline struct file *rule_file(struct task_struct *task, struct p
 
 /* Reports the write of the current syscall (write family, its registers in `regs`) when
  * it targets a devices rule file. Returns the event's ktime, 0 when nothing was reported. */
+/* A deny write to a watched container (a GPU container) raises inotify too, and the daemon
+ * reads what waits here before it handles that: a wake-up of its own would only put the
+ * daemon to sleep once more before the write lands (one per revocation). A global function,
+ * verified once on its own: inlined, its branch multiplied the caller's verifier states. */
+__noinline __u64 rule_write_submit_flags(__u64 target_cgroup_id, __u32 deny) {
+  if (!deny) return 0;
+  return bpf_map_lookup_elem(&watched_cgroups, &target_cgroup_id) ? BPF_RB_NO_WAKEUP : 0;
+}
+
 static __always_inline __u64 emit_rule_write(struct task_struct *task, struct pt_regs *regs, long nr,
                                              __u32 seen_at, bool result_known, long result,
                                              struct gdw_rule_write_in_flight *in_flight) {
+  if (ignored_writer_tgid && BPF_CORE_READ(task, tgid) == ignored_writer_tgid) return 0;
   __u32 deny;
   struct kernfs_node *kn = NULL;
   struct file *file = rule_file(task, regs, &deny, &kn);
-  if (!file) return 0;
+  if (!file || (!deny && !report_allow_writes)) return 0;
 
   struct gdw_rule_write_event *e = reserve_event(sizeof(*e));
   if (!e) return 0;
@@ -384,7 +402,7 @@ static __always_inline __u64 emit_rule_write(struct task_struct *task, struct pt
     in_flight->ktime_ns = e->header.ktime_ns;
   }
   __u64 ktime = e->header.ktime_ns;
-  bpf_ringbuf_submit(e, 0);
+  bpf_ringbuf_submit(e, rule_write_submit_flags(e->target_cgroup_id, deny));
   return ktime;
 }
 

@@ -61,6 +61,7 @@ struct gdw_process {
   __u32 reserved;
   __u64 cgroup_id;         /* cgroup v2 id (bpf_get_current_cgroup_id) */
   __u64 devices_cgroup_id; /* v1 devices cgroup id, 0 when unknown */
+  __u64 start_time_ns;     /* the process's (group leader's) start, ns since boot: with pid, unique */
   char comm[GDW_COMM_LEN];
   char parent_comm[GDW_COMM_LEN];
 };

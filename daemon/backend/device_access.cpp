@@ -1,28 +1,43 @@
 #include "backend/device_access.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 
 #include "backend/devices_v1.h"
+#include "backend/devices_v1_files.h"
 #include "runtime/proc_cgroups.h"
 
 namespace gdw {
 namespace {
 
+// How many containers' files DevicesV1 keeps open (two descriptors each): what a node's GPU
+// containers need, within a quarter of the descriptors this process may have (the unit
+// sets LimitNOFILE=65536; a default 1024 still leaves most for inotify, gRPC and HTTP).
+std::size_t kept_cgroups() {
+  constexpr std::size_t kEnough = 1024;
+  struct rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return kEnough;
+  return std::min<std::size_t>(kEnough, static_cast<std::size_t>(limit.rlim_cur) / 8);
+}
+
 class DevicesV1 final : public DeviceAccess {
  public:
   std::string description() const override { return "cgroup v1 devices"; }
   std::string observed_source() const override { return "devices.list"; }
-  std::vector<std::string> rule_files() const override { return {"devices.deny", "devices.allow"}; }
+  std::vector<std::string> rule_files() const override { return {"devices.deny"}; }
+  // A write to devices.allow only ever adds an exception (or lifts a deny one): it cannot
+  // take a device away.
+  std::vector<std::string> restoring_rule_files() const override { return {"devices.allow"}; }
   bool policy_in_programs() const override { return false; }
   Result<std::uint32_t> hierarchy_id(const std::string& proc_root) const override {
     return read_v1_hierarchy_id(proc_root, "devices");
   }
 
   Result<DeviceState> observe(const std::string& cgroup_dir, const DesiredDevices& desired) override {
-    auto raw = read_devices_list(cgroup_dir);
+    auto raw = files_.read_list(cgroup_dir);
     if (!raw) return raw.error();
     auto list = parse_devices_list(*raw);
     if (!list) return with_context("cannot read devices.list", list.error());
@@ -33,10 +48,15 @@ class DevicesV1 final : public DeviceAccess {
                     const std::vector<WantedDevice>& devices) override {
     GrantReport report;
     report.method = "cgroupfs";
-    auto outcomes = write_device_grants(cgroup_dir, grant_rules(devices));
+    auto outcomes = files_.write_grants(cgroup_dir, grant_rules(devices));
     for (std::size_t i = 0; i < devices.size(); ++i) report.devices.push_back({devices[i], std::move(outcomes[i])});
     return report;
   }
+
+  void forget(const std::string& cgroup_dir) override { files_.forget(cgroup_dir); }
+
+ private:
+  DevicesV1Files files_{kept_cgroups()};
 };
 
 std::string describe(const V2Repair& r) {

@@ -47,9 +47,13 @@ class DeviceAccess {
   // What observe() reads, as the event-loop error metric names it: "devices.list",
   // "device-programs".
   virtual std::string observed_source() const = 0;
-  // Files of a container's cgroup whose writes change its policy (inotify watches them);
-  // none where the policy is not in files.
+  // Files of a container's cgroup whose writes can take devices away (inotify watches
+  // them); none where the policy is not in files.
   virtual std::vector<std::string> rule_files() const = 0;
+  // Files whose writes can only add: no look is needed after them (our own grants among
+  // them), except while the container misses devices (observe mode, a refused or held-back
+  // grant), when someone else's grant ends the drift.
+  virtual std::vector<std::string> restoring_rule_files() const { return {}; }
   // Whether the policy is in device programs: program loads, attaches and systemd's
   // reloads change it without a file write, so it is re-read on those and periodically.
   virtual bool policy_in_programs() const = 0;
@@ -62,6 +66,8 @@ class DeviceAccess {
   // Grants `devices` (some of `wanted`, all it should have) and nothing else.
   virtual GrantReport grant(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,
                             const std::vector<WantedDevice>& devices) = 0;
+  // The container is no longer watched: release what was kept for it (open files).
+  virtual void forget(const std::string& cgroup_dir) { (void)cgroup_dir; }
 };
 
 // The node's: `version` is what NodeModel located (kV1 or kV2).

@@ -300,13 +300,13 @@ std::string Metrics::render() const { return prometheus::TextSerializer().Serial
 
 prometheus::Counter& Metrics::container_counter(prometheus::Family<prometheus::Counter>& family,
                                                 const ContainerLabels& c, std::map<std::string, std::string> extra) {
+  auto& series = by_container_[c];
+  for (const auto& s : series)
+    if (s.family == &family && s.extra == extra) return *s.counter;
   auto labels = labels_of(c);
   labels.insert(extra.begin(), extra.end());
   prometheus::Counter& counter = family.Add(labels);
-  auto& series = by_container_[c];
-  bool known = false;
-  for (const auto& s : series) known |= s.counter == &counter;
-  if (!known) series.push_back(Series{&family, &counter});
+  series.push_back(Series{&family, &counter, std::move(extra)});
   return counter;
 }
 

@@ -171,10 +171,12 @@ class Metrics {
   void update_checkpoint_lag();
   std::uint64_t ring_buffer_drops_seen_ = 0;
 
-  // Which per-container series exist, to remove them with the container.
+  // Which per-container series exist, to remove them with the container, and to find a
+  // series again without hashing its labels (a storm counts drift per device each repair).
   struct Series {
     prometheus::Family<prometheus::Counter>* family;
     prometheus::Counter* counter;
+    std::map<std::string, std::string> extra;  // the labels beyond the container's
   };
   std::map<ContainerLabels, std::vector<Series>> by_container_;
   std::map<ContainerLabels, std::size_t> exposed_;  // GPU containers' exposed device counts

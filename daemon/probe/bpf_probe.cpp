@@ -5,6 +5,7 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -302,6 +303,8 @@ Result<std::unique_ptr<Probe>> Probe::load(const ProbeOptions& options) {
   if (!skeleton) return load_error("opening the BPF probe object", -errno);
   const bool rule_writes_need_hook = !options.use_capability_tracepoint || !kernel_has_cap_capable_tracepoint();
   auto probe = std::make_unique<BpfProbe>(skeleton, rule_writes_need_hook);
+  skeleton->rodata->ignored_writer_tgid = options.ignored_writer_tgid;
+  skeleton->rodata->report_allow_writes = options.report_allow_writes;
   if (rule_writes_need_hook) {
     skeleton->rodata->rule_writes_at_syscall_exit = true;
     bpf_program__set_autoload(skeleton->progs.gdw_cap_check, false);
@@ -314,6 +317,9 @@ Result<std::unique_ptr<Probe>> Probe::load(const ProbeOptions& options) {
   }
   if (auto links = probe->remember_existing_device_links(); !links) return links.error();
   if (auto ring = probe->open_ring_buffer(); !ring) return ring.error();
+  // Loading parsed the kernel's BTF (~12 MiB, freed by now): hand the freed pages back
+  // rather than keep them resident for the daemon's life.
+  ::malloc_trim(0);
   return std::unique_ptr<Probe>(std::move(probe));
 }
 

@@ -36,6 +36,7 @@ struct ProcessInfo {
   std::string parent_comm;
   std::uint64_t cgroup_id = 0;          // the process's cgroup v2 id (bpf_get_current_cgroup_id)
   std::uint64_t devices_cgroup_id = 0;  // its cgroup v1 devices cgroup id, 0 when none
+  std::uint64_t start_time_ns = 0;      // when the process started (ns since boot): pid + this is unique
 };
 
 // A write to devices.allow / devices.deny (cgroup v1).
@@ -117,6 +118,11 @@ struct ProbeOptions {
   bool use_capability_tracepoint = true;
   // Attach the syscall hook at load (it can be attached and detached later).
   bool syscall_hook = false;
+  // A process (tgid, as the initial pid namespace numbers it) whose rule writes are not
+  // reported: the daemon's own grants. 0: none.
+  std::uint32_t ignored_writer_tgid = 0;
+  // Writes to devices.allow are reported too (the daemon needs only devices.deny's).
+  bool report_allow_writes = true;
 };
 
 class Probe {

@@ -22,6 +22,7 @@ ProcessInfo to_process_info(const gdw_process& p) {
   info.parent_comm = bounded_string(p.parent_comm, sizeof(p.parent_comm));
   info.cgroup_id = p.cgroup_id;
   info.devices_cgroup_id = p.devices_cgroup_id;
+  info.start_time_ns = p.start_time_ns;
   return info;
 }
 

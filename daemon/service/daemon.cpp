@@ -38,6 +38,21 @@ bool reload_metrics_access(Metrics& metrics, const Config& running, const Config
   return true;
 }
 
+// Whether `fresh` differs from `running` only in what a reload applies in place (log level,
+// metrics access, timers' pace, Kubernetes Events). Everything else (paths, mode, repair
+// guard, probe, device policy) built the node model, the container table, their watches and
+// the probe's cgroup set: a change there starts them over. Sections are compared whole, so
+// a key added later restarts them until it is listed here.
+bool same_node_inputs(const Config& running, const Config& fresh) {
+  Config f = fresh;
+  f.log = running.log;
+  f.metrics = running.metrics;
+  f.daemon = running.daemon;
+  f.kubernetes = running.kubernetes;
+  f.events = running.events;
+  return f == running;
+}
+
 }  // namespace
 
 Daemon::Daemon(Config config, std::string config_path)
@@ -116,6 +131,10 @@ Status Daemon::start_timers() {
   }, "program-query", duration_cast<microseconds>(config_.daemon.program_query_interval));
   if (!query) return query.error();
   program_query_timer_ = std::move(*query);
+
+  auto gauges = loop_->add_timer([this] { update_gauges(); }, "gauges");
+  if (!gauges) return gauges.error();
+  gauge_timer_ = std::move(*gauges);
   return {};
 }
 
@@ -214,22 +233,30 @@ void Daemon::reload_config() {
   heartbeat_.set_stale_after(health_stale_after(*fresh));
   heartbeat_.beat(Clock::now());
   arm_or_log(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat");  // at the new pace now
-  // Start over from the new configuration: paths may have changed.
-  for (auto& [dir, w] : containers_) {
-    metrics_.forget(w.labels);
-    if (probe_ && w.cgroup_id) (void)probe_->unwatch_cgroup(w.cgroup_id);
+  const bool same_node = same_node_inputs(config_, *fresh);
+  if (!same_node) {
+    // Start over from the new configuration: paths may have changed.
+    for (auto& [dir, w] : containers_) {
+      metrics_.forget(w.labels);
+      if (probe_ && w.cgroup_id) (void)probe_->unwatch_cgroup(w.cgroup_id);
+    }
+    containers_.clear();
+    watches_->clear();
   }
-  containers_.clear();
-  watches_->clear();
   config_ = *fresh;
   repair_settings_ = RepairSettings::from(config_);
-  systemd_.reset();  // systemd.bus_address may have changed
-  reload_probe();
-  start_events();
-  start_node(config_);
-  located_ = false;
+  if (!same_node) {
+    systemd_.reset();  // systemd.bus_address may have changed
+    reload_probe();
+    start_node(config_);
+    located_ = false;
+  }
+  start_events();  // the service account token may have been rotated
   metrics_.config_reload(true);
-  log::info("SIGHUP: configuration reloaded, mode " + to_string(config_.mode));
+  log::info("SIGHUP: configuration reloaded, mode " + to_string(config_.mode) +
+            (same_node ? " (node inputs unchanged: containers, watches and probe kept)" : ""));
+  // Kept or not, every input is looked at again (files by their stamps, every container's
+  // rules read): what a SIGHUP promises.
   full_resync("reload");
 }
 

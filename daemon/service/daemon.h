@@ -19,6 +19,8 @@
 //   daemon_events.cpp, daemon_cdi.cpp, daemon_node_health.cpp
 #pragma once
 
+#include <unistd.h>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -41,6 +43,7 @@
 #include "service/nvml_runner.h"
 #include "service/repair_step.h"
 #include "service/watch_registry.h"
+#include "service/writer_executables.h"
 #include "watch/event_loop.h"
 #include "watch/inotify.h"
 
@@ -86,7 +89,8 @@ class Daemon {
   bool maybe_query_nvml(bool force = false);
 
   // daemon_containers.cpp
-  void upsert_container(const DiscoveredContainer& cg);
+  // `check_new`: a new GPU container is checked at once (false: the caller checks them all).
+  void upsert_container(const DiscoveredContainer& cg, bool check_new = true);
   void remove_container(const std::string& cgroup_dir);
   // Re-resolves who the container is and what it must have, unless nothing it depends on
   // changed since (NodeModel::generation()).
@@ -96,6 +100,7 @@ class Daemon {
   void stop_watching(Watched& w);
   void reresolve_all();
   void check_all(Clock::time_point trigger, const std::function<bool(const Watched&)>& which);
+  void check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs);
   void check_gpu_containers();
   void schedule_retry(Watched& w, Clock::duration delay, Clock::time_point trigger);
   void on_retry(const std::string& dir);
@@ -113,6 +118,8 @@ class Daemon {
   void report_observation(Watched& w, const RepairStep& step, Clock::time_point trigger, const Revocation* cause);
   void report_plan(Watched& w, const RepairStep& step, Clock::time_point trigger);
   void report_grants(Watched& w, const RepairStep& step, Clock::time_point trigger);
+  // Watches DeviceAccess::restoring_rule_files while `w` misses devices, and only then.
+  void watch_restoring_writes(Watched& w);
   // systemd cgroup driver: make the scope's DeviceAllow= include what was granted, so the
   // next daemon-reload keeps it.
   SystemdClient* systemd();
@@ -126,6 +133,10 @@ class Daemon {
 
   // daemon_gauges.cpp
   void update_gauges();
+  // After a turn that may have changed them: the gauges are refreshed once, kGaugeDelay
+  // later, not after every inotify batch of a storm (each refresh walks every container).
+  void gauges_changed();
+  EventSource gauge_timer_;
   // CDI spec errors (logged once each while they last) and unresolved CDI names: metrics
   // (daemon_cdi.cpp).
   void report_cdi();
@@ -191,6 +202,8 @@ class Daemon {
   EventSource program_sweep_timer_;
   std::size_t program_sweep_step_ = 0;
   std::optional<Revocation> program_loader_;
+  WriterExecutables executables_;  // who wrote: read once per process
+  const pid_t own_pid_ = ::getpid();  // our own writes are not revocations
   std::set<std::uint32_t> probe_majors_;
   std::set<std::string> probe_paths_;
   EventSource other_denied_opens_timer_;

@@ -19,7 +19,7 @@ constexpr Clock::duration kIdentifyRetry[] = {std::chrono::milliseconds(10), std
 
 }  // namespace
 
-void Daemon::upsert_container(const DiscoveredContainer& cg) {
+void Daemon::upsert_container(const DiscoveredContainer& cg, bool check_new) {
   auto [w, inserted] = containers_.upsert(cg, config_);
   if (inserted) {
     struct stat st{};
@@ -42,7 +42,7 @@ void Daemon::upsert_container(const DiscoveredContainer& cg) {
   }
   // A container seen for the first time is checked at once (seed 001: created without
   // nvidia-uvm in its spec). Its watches exist already, so no later write is missed.
-  if (inserted && ready_ && w.is_gpu()) check_and_repair(w, Clock::now());
+  if (inserted && ready_ && w.is_gpu() && check_new) check_and_repair(w, Clock::now());
 }
 
 void Daemon::resolve(Watched& w, bool force) {
@@ -96,8 +96,10 @@ void Daemon::stop_watching(Watched& w) {
   if (probe_ && w.cgroup_id) (void)probe_->unwatch_cgroup(w.cgroup_id);
   for (int wd : w.wds) watches_->drop(wd);
   w.wds.clear();
-  w.watching = false;
   w.repair.missing.clear();
+  watch_restoring_writes(w);
+  if (access_) access_->forget(w.cgroup.cgroup_dir);
+  w.watching = false;
   metrics_.forget(w.labels);
 }
 
@@ -105,6 +107,8 @@ void Daemon::remove_container(const std::string& cgroup_dir) {
   Watched* w = containers_.find(cgroup_dir);
   if (!w) return;
   for (int wd : w->wds) watches_->drop(wd);
+  for (int wd : w->restoring_wds) watches_->drop(wd);
+  if (access_) access_->forget(cgroup_dir);
   if (probe_ && w->cgroup_id && w->is_gpu()) (void)probe_->unwatch_cgroup(w->cgroup_id);
   if (w->is_gpu()) log::info("GPU container gone", w->log_fields());
   metrics_.forget(w->labels);
@@ -125,8 +129,12 @@ void Daemon::reresolve_all() {
 }
 
 void Daemon::check_all(Clock::time_point trigger, const std::function<bool(const Watched&)>& which) {
-  // check_and_repair may drop a container whose cgroup vanished: iterate over names.
-  for (const auto& dir : containers_.dirs(which))
+  check_dirs(trigger, containers_.dirs(which));
+}
+
+void Daemon::check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs) {
+  // check_and_repair may drop a container whose cgroup vanished: look each up by name.
+  for (const auto& dir : dirs)
     if (Watched* w = containers_.find(dir)) check_and_repair(*w, trigger);
 }
 
@@ -165,7 +173,7 @@ void Daemon::on_retry(const std::string& dir) {
     }
   }
   if (c->is_gpu()) check_and_repair(*c, since);
-  update_gauges();
+  gauges_changed();
 }
 
 }  // namespace gdw

@@ -5,6 +5,20 @@
 #include "service/daemon.h"
 
 namespace gdw {
+namespace {
+
+// Long enough to cover a node-wide re-apply storm's batches, short against a scrape.
+constexpr auto kGaugeDelay = std::chrono::milliseconds(10);
+
+}  // namespace
+
+void Daemon::gauges_changed() {
+  if (!gauge_timer_) {
+    update_gauges();
+    return;
+  }
+  if (!gauge_timer_.armed()) arm_or_log(gauge_timer_, kGaugeDelay, "gauges");
+}
 
 void Daemon::update_gauges() {
   std::size_t watched = 0, missing = 0, unidentified = 0, throttled = 0, conflicts = 0;

@@ -64,7 +64,7 @@ void Daemon::full_resync(const std::string& reason) {
   std::set<std::string> present;
   for (const auto& cg : tree.containers) {
     present.insert(cg.cgroup_dir);
-    upsert_container(cg);
+    upsert_container(cg, /*check_new=*/false);  // all checked below
   }
   for (const auto& dir : containers_.dirs([&](const Watched& w) { return !present.count(w.cgroup.cgroup_dir); }))
     remove_container(dir);
@@ -123,8 +123,8 @@ void Daemon::on_inotify() {
     const WatchTarget target = *found;  // handling it may drop the watch
     on_watch_event(target, ev, trigger, dirty);
   }
-  check_all(trigger, [&](const Watched& w) { return dirty.count(w.cgroup.cgroup_dir) > 0; });
-  update_gauges();
+  check_dirs(trigger, {dirty.begin(), dirty.end()});
+  gauges_changed();
 }
 
 void Daemon::on_watch_event(const WatchTarget& target, const Inotify::Event& ev, Clock::time_point trigger,

@@ -1,6 +1,7 @@
 // The daemon's use of the eBPF probe: who revoked (rule writes, v2 program changes), denied
 // opens inside GPU containers, and cgroup_mkdir as a faster trigger than inotify.
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,12 +37,6 @@ constexpr Clock::duration kProgramSweep[] = {std::chrono::milliseconds(1), std::
                                              std::chrono::milliseconds(100), std::chrono::seconds(1)};
 
 // The process behind an event; its executable is read now, while it may still exist.
-WriterIdentity identify(const ProcessInfo& p) {
-  char exe[4096];
-  ssize_t len = ::readlink(("/proc/" + std::to_string(p.pid) + "/exe").c_str(), exe, sizeof exe - 1);
-  return WriterIdentity{p.comm, p.parent_comm, len > 0 ? std::string(exe, static_cast<std::size_t>(len)) : "", p.pid};
-}
-
 // Who changed a container's device access, for metrics (a bounded name) and the repair's
 // log line (pid, comm, executable, parent, what it did).
 struct Actor {
@@ -49,13 +44,23 @@ struct Actor {
   std::string detail;
 };
 
-Actor describe_actor(const ProcessInfo& p, const std::string& action) {
-  const WriterIdentity who = identify(p);
+Actor describe_actor(const ProcessInfo& p, const std::string& exe, const std::string& action) {
+  const WriterIdentity who{p.comm, p.parent_comm, exe, p.pid};
   Actor a;
   a.writer = recognise_writer(who);
   a.detail = a.writer + " (pid " + std::to_string(p.pid) + ", comm " + p.comm + (who.exe.empty() ? "" : ", " + who.exe) +
              ", parent " + p.parent_comm + ") " + action;
   return a;
+}
+
+// Our own grants are rule writes too: the probe leaves them out in the kernel, which knows
+// us by our pid in the initial pid namespace (the DaemonSet runs with hostPID). Elsewhere
+// getpid() is another number there, so nothing is left out (on_rule_write drops ours).
+std::uint32_t own_tgid_in_the_kernel() {
+  constexpr ino_t kInitialPidNamespaceInode = 0xEFFFFFFCU;  // PROC_PID_INIT_INO
+  struct stat st{};
+  if (::stat("/proc/self/ns/pid", &st) != 0 || st.st_ino != kInitialPidNamespaceInode) return 0;
+  return static_cast<std::uint32_t>(::getpid());
 }
 
 // The probe's timestamps are CLOCK_MONOTONIC, as Clock (steady_clock) is.
@@ -66,7 +71,10 @@ Clock::time_point from_ktime(std::uint64_t ktime_ns) {
 }  // namespace
 
 void Daemon::load_probe() {
-  auto probe = Probe::load();
+  ProbeOptions options;
+  options.ignored_writer_tgid = own_tgid_in_the_kernel();
+  options.report_allow_writes = false;  // cannot revoke (on_rule_write would drop them)
+  auto probe = Probe::load(options);
   if (!probe) {
     probe_status_ = "off: " + probe.error().message;
     log::warn("eBPF probe not loaded, continuing on inotify alone: " + probe.error().message);
@@ -82,8 +90,10 @@ void Daemon::load_probe() {
   probe_source_ = std::move(*src);
   probe_majors_.clear();
   probe_paths_.clear();
+  // The kernel-side counters (a map lookup per CPU each): read now and then, not per record.
   auto counts = loop_->add_timer([this] {
     collect_other_denied_opens();
+    if (probe_) metrics_.set_ring_buffer_drops(probe_->stats().ring_buffer_drops);
     arm_or_log(other_denied_opens_timer_, kOtherDeniedOpensInterval, "other-denied-opens");
   }, "other-denied-opens", std::chrono::duration_cast<std::chrono::microseconds>(kOtherDeniedOpensInterval),
                                kProbePriority);
@@ -176,7 +186,6 @@ void Daemon::on_probe() {
     metrics_.event_loop_error("probe");
     log::error("reading probe events: " + n.error().message);
   }
-  metrics_.set_ring_buffer_drops(probe_->stats().ring_buffer_drops);
 }
 
 void Daemon::on_rule_write(const RuleWriteEvent& ev) {
@@ -186,7 +195,7 @@ void Daemon::on_rule_write(const RuleWriteEvent& ev) {
   // cgroup with children refusing "a"), and its result, when the hook reports it, can
   // still withdraw the attribution.
   if (!w || !ev.deny || (ev.result && *ev.result < 0)) return;
-  if (ev.writer.pid == ::getpid()) return;
+  if (ev.writer.pid == own_pid_) return;
   auto rule = parse_device_rule(ev.rule);
   if (!rule) return;
   // A GPU container: it revokes when it matches a wanted device and takes away some of the
@@ -196,7 +205,7 @@ void Daemon::on_rule_write(const RuleWriteEvent& ev) {
   const bool gpu = w->is_gpu();
   if (gpu && !rule_revokes(*rule, w->target.desired.wanted)) return;
   if (!gpu && Clock::now() - w->first_seen > PendingRevocations::kMaxAge) return;
-  Actor actor = describe_actor(ev.writer, "writing '" + ev.rule + "' to devices.deny");
+  Actor actor = describe_actor(ev.writer, executables_.of(ev.writer), "writing '" + ev.rule + "' to devices.deny");
   Revocation r;
   r.writer = std::move(actor.writer);
   r.detail = std::move(actor.detail);
@@ -230,9 +239,9 @@ void Daemon::on_rule_write_result(const RuleWriteResultEvent& ev) {
 
 void Daemon::on_device_program_load(const DeviceProgramLoadEvent& ev) {
   // With the syscall hook attached the attach itself is reported (on_device_program).
-  if (!access_ || !access_->policy_in_programs() || ev.caller.pid == ::getpid() || probe_->syscall_hook_attached())
+  if (!access_ || !access_->policy_in_programs() || ev.caller.pid == own_pid_ || probe_->syscall_hook_attached())
     return;
-  Actor actor = describe_actor(ev.caller, "loading a device program");
+  Actor actor = describe_actor(ev.caller, executables_.of(ev.caller), "loading a device program");
   Revocation r;
   r.writer = std::move(actor.writer);
   r.detail = std::move(actor.detail);
@@ -295,7 +304,7 @@ void Daemon::collect_other_denied_opens() {
 }
 
 void Daemon::on_device_program(const DeviceProgramEvent& ev) {
-  if (!access_ || !access_->policy_in_programs() || ev.caller.pid == ::getpid() || ev.result < 0) return;
+  if (!access_ || !access_->policy_in_programs() || ev.caller.pid == own_pid_ || ev.result < 0) return;
   Watched* w = containers_.by_cgroup_id(ev.target_cgroup_id);
   if (!w || w->target.kind != TargetKind::kGpu) return;
   using Command = DeviceProgramEvent::Command;
@@ -304,14 +313,14 @@ void Daemon::on_device_program(const DeviceProgramEvent& ev) {
                      : ev.command == Command::kLinkCreate ? "linking"
                      : ev.command == Command::kLinkUpdate ? "updating the link of"
                                                           : "detaching the link of";
-  Actor actor = describe_actor(ev.caller, std::string(what) + " device program " + std::to_string(ev.prog_id));
+  Actor actor = describe_actor(ev.caller, executables_.of(ev.caller), std::string(what) + " device program " + std::to_string(ev.prog_id));
   Revocation r;
   r.writer = std::move(actor.writer);
   r.detail = std::move(actor.detail);
   r.at = from_ktime(ev.ktime_ns);
   // Named only if the change leaves wanted devices denied.
   check_and_repair(*w, Clock::now(), &r);
-  update_gauges();
+  gauges_changed();
 }
 
 void Daemon::on_cgroup_lifecycle(const CgroupLifecycleEvent& ev) {

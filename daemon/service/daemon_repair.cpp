@@ -32,6 +32,19 @@ void Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Revoc
   report_observation(w, step, trigger, cause);
   report_plan(w, step, trigger);
   if (step.applied) report_grants(w, step, trigger);
+  watch_restoring_writes(w);
+}
+
+void Daemon::watch_restoring_writes(Watched& w) {
+  const bool wanted = !w.repair.missing.empty();
+  if (wanted == !w.restoring_wds.empty()) return;
+  for (int wd : w.restoring_wds) watches_->drop(wd);
+  w.restoring_wds.clear();
+  if (!wanted) return;
+  for (const auto& file : access_->restoring_rule_files()) {
+    int wd = watches_->add(w.cgroup.cgroup_dir + "/" + file, IN_MODIFY, {WatchTarget::kContainerFile, w.cgroup.cgroup_dir});
+    if (wd >= 0) w.restoring_wds.push_back(wd);
+  }
 }
 
 void Daemon::report_observation(Watched& w, const RepairStep& step, Clock::time_point trigger,
@@ -157,7 +170,7 @@ void Daemon::persist_in_systemd(Watched& w, const std::vector<WantedDevice>& dev
     resolve(*c, /*force=*/true);  // its DeviceAllow= changed: exposure (node/exposure.h)
     // Verify the kernel state systemd left; anything still missing is granted directly.
     check_and_repair(*c, Clock::now());
-    update_gauges();
+    gauges_changed();
   });
   if (!started) {
     log::warn("cannot ask systemd to allow devices in " + unit + ": " + started.error().message, w.log_fields());

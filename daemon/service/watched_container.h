@@ -37,6 +37,7 @@ struct WatchedContainer {
   // Watches: set up as a GPU container (logged, its rule files watched, the probe told).
   bool watching = false;
   std::vector<int> wds;
+  std::vector<int> restoring_wds;  // while devices are missing (DeviceAccess::restoring_rule_files)
 
   // Repair: drift, back-off, the fight-loop guard, systemd persistence.
   RepairState repair;

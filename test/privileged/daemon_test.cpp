@@ -8,18 +8,14 @@
 #include <fstream>
 #include <thread>
 
-#include "support/daemon_harness.h"
+#include "support/daemon_fixture.h"
 
 namespace gdw::test {
 namespace {
 
-class DaemonOnRealCgroups : public ::testing::Test {
+class DaemonOnRealCgroups : public DaemonTest {
  protected:
-  void SetUp() override {
-    if (!SandboxNode::available()) GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
-    node_ = std::make_unique<SandboxNode>();
-    daemon_ = std::make_unique<DaemonHarness>(*node_);
-  }
+  // A daemon that got to "ready" must also exit cleanly on SIGTERM.
   void TearDown() override {
     if (daemon_) {
       bool was_running = daemon_->output().find(" ready") != std::string::npos;
@@ -37,8 +33,6 @@ class DaemonOnRealCgroups : public ::testing::Test {
     if (!device.empty()) l["device"] = device;
     return l;
   }
-  std::unique_ptr<SandboxNode> node_;
-  std::unique_ptr<DaemonHarness> daemon_;
 };
 
 TEST_F(DaemonOnRealCgroups, OldRuncReapplyIsRepaired) {
@@ -185,10 +179,11 @@ TEST_F(DaemonOnRealCgroups, InotifyOverflowEndsInTheRightState) {
   std::ifstream max_file("/proc/sys/fs/inotify/max_queued_events");
   int max_events = 16384;
   max_file >> max_events;
-  // Alternate files so the kernel cannot merge consecutive identical events.
+  // Alternate watched files (the containers' devices.deny) so the kernel cannot merge
+  // consecutive identical events.
   for (int i = 0; i < max_events / 2 + 100; ++i) {
-    node_->cgroups().allow(busy.cgroup_rel, "c 1:3 rwm");
     node_->cgroups().deny(busy.cgroup_rel, "c 1:9 rwm");
+    node_->cgroups().deny(victim.cgroup_rel, "c 1:9 rwm");
   }
   node_->reapply_spec(victim);
   node_->reapply_spec(busy);

@@ -23,6 +23,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -371,6 +372,95 @@ TEST_F(ProbeTest, WritesToOtherCgroupFilesAreNotReported) {
   WriterRun fence = write_rule_from_child(writer_cgroup, target + "/devices.allow", "c 195:0 rw", WriteCall::kWrite);
   ASSERT_TRUE(log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == fence.pid; }));
   EXPECT_TRUE(log_->all<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == other.pid; }).empty());
+}
+
+// The daemon's own grants: left out in the kernel (ProbeOptions::ignored_writer_tgid), at
+// the permission check and at syscall exit alike; everyone else's writes still come.
+class ProbeIgnoringOwnWritesTest : public ProbeTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  ProbeOptions options() const override {
+    return {.use_capability_tracepoint = GetParam(), .syscall_hook = !GetParam(),
+            .ignored_writer_tgid = static_cast<std::uint32_t>(::getpid())};
+  }
+};
+
+TEST_P(ProbeIgnoringOwnWritesTest, OwnRuleWritesAreNotReportedOthersAre) {
+  CgroupSandbox sandbox("devices", "probe-own");
+  std::string target = sandbox.make("target");
+  // From a second thread of this process too: the tgid is what is left out.
+  std::thread([&] {
+    int fd = ::open((target + "/devices.deny").c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    EXPECT_GT(::write(fd, "c 195:1 rwm", 11), 0);
+    ::close(fd);
+  }).join();
+  int fd = ::open((target + "/devices.allow").c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_GT(::write(fd, "c 195:1 rw", 10), 0);
+  ::close(fd);
+  WriterRun fence = write_rule_from_child(sandbox.make("writer"), target + "/devices.deny", "c 195:2 rwm",
+                                          WriteCall::kWrite);
+  ASSERT_TRUE(log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == fence.pid; }))
+      << "another process's write is still reported";
+  EXPECT_TRUE(log_->all<RuleWriteEvent>([](const RuleWriteEvent& e) { return e.writer.pid == ::getpid(); }).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiers, ProbeIgnoringOwnWritesTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("AtPermissionCheck") : std::string("AtSyscallExit");
+                         });
+
+// As the daemon loads it: devices.allow writes are left out in the kernel.
+class ProbeWithoutAllowWritesTest : public ProbeTest {
+ protected:
+  ProbeOptions options() const override { return {.report_allow_writes = false}; }
+};
+
+TEST_F(ProbeWithoutAllowWritesTest, OnlyDenyWritesAreReported) {
+  CgroupSandbox sandbox("devices", "probe-deny-only");
+  std::string target = sandbox.make("target");
+  std::string writer_cgroup = sandbox.make("writer");
+  WriterRun allow = write_rule_from_child(writer_cgroup, target + "/devices.allow", "c 195:0 rw", WriteCall::kWrite);
+  ASSERT_GT(allow.result, 0);
+  WriterRun fence = write_rule_from_child(writer_cgroup, target + "/devices.deny", "c 195:0 rwm", WriteCall::kWrite);
+  auto deny = log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == fence.pid; });
+  ASSERT_TRUE(deny);
+  EXPECT_TRUE(deny->deny);
+  EXPECT_TRUE(log_->all<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == allow.pid; }).empty());
+}
+
+// A deny write to a watched cgroup (a GPU container) wakes nobody: its inotify event does,
+// and the daemon reads the probe first. A deny write elsewhere, and any allow write, wakes.
+bool wakes_within(Probe& probe, std::chrono::milliseconds timeout) {
+  pollfd pfd{probe.fd(), POLLIN, 0};
+  return ::poll(&pfd, 1, static_cast<int>(timeout.count())) > 0;
+}
+
+TEST_F(ProbeTest, DenyWritesToWatchedCgroupsWaitWithoutWakingTheReader) {
+  CgroupSandbox sandbox("devices", "probe-nowake");
+  std::string watched = sandbox.make("watched");
+  std::string other = sandbox.make("other");
+  std::string writer_cgroup = sandbox.make("writer");
+  ASSERT_TRUE(probe_->watch_cgroup(inode_of(watched)));
+  // Empty, and seen empty (epoll forgets a drained ring buffer when asked): the next record
+  // may wake.
+  ASSERT_TRUE(probe_->consume([](const ProbeEvent&) {}));
+  ASSERT_FALSE(wakes_within(*probe_, std::chrono::milliseconds(0)));
+
+  WriterRun quiet = write_rule_from_child(writer_cgroup, watched + "/devices.deny", "c 195:0 rwm", WriteCall::kWrite);
+  ASSERT_GT(quiet.result, 0);
+  EXPECT_FALSE(wakes_within(*probe_, std::chrono::milliseconds(200))) << "woken by a watched container's deny write";
+  ASSERT_TRUE(log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == quiet.pid; }))
+      << "the record waits to be read";
+
+  WriterRun loud = write_rule_from_child(writer_cgroup, other + "/devices.deny", "c 195:0 rwm", WriteCall::kWrite);
+  ASSERT_GT(loud.result, 0);
+  EXPECT_TRUE(wakes_within(*probe_, std::chrono::seconds(3))) << "a deny write to an unwatched cgroup wakes";
+  ASSERT_TRUE(log_->wait_for<RuleWriteEvent>([&](const RuleWriteEvent& e) { return e.writer.pid == loud.pid; }));
+
+  WriterRun allow = write_rule_from_child(writer_cgroup, watched + "/devices.allow", "c 195:0 rw", WriteCall::kWrite);
+  ASSERT_GT(allow.result, 0);
+  EXPECT_TRUE(wakes_within(*probe_, std::chrono::seconds(3))) << "an allow write wakes";
 }
 
 // ---- denied opens ---------------------------------------------------------------------------

@@ -1,0 +1,56 @@
+// The devices.list / devices.allow files of the cgroup v1 containers being repaired, kept
+// open between repairs: a storm re-checks the same containers hundreds of times a second,
+// and each open() walks the whole cgroupfs path (a third of a repair's cost, measured with
+// bench/storm). A re-read is a pread at 0, which restarts the kernel's seq_file.
+//
+// Only files on cgroupfs are kept: a removed cgroup's open file then fails with ENODEV
+// instead of showing stale rules, and the path is opened again once (a cgroup re-created
+// at the same path is read afresh; a gone one gives ENOENT). Plain files (fixture trees)
+// are opened on every call, since they may be replaced by rename.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/device_rule.h"
+#include "core/result.h"
+
+namespace gdw {
+
+class DevicesV1Files {
+ public:
+  // At most `max_cgroups` cgroups' files are kept open (two descriptors each); the others
+  // are opened per call.
+  explicit DevicesV1Files(std::size_t max_cgroups) : max_cgroups_(max_cgroups) {}
+  ~DevicesV1Files();
+  DevicesV1Files(const DevicesV1Files&) = delete;
+  DevicesV1Files& operator=(const DevicesV1Files&) = delete;
+
+  // As read_devices_list / write_device_grants (devices_v1.h).
+  Result<std::string> read_list(const std::string& cgroup_dir);
+  std::vector<Status> write_grants(const std::string& cgroup_dir, const std::vector<DeviceRule>& rules);
+  // The cgroup is no longer watched: close its files.
+  void forget(const std::string& cgroup_dir);
+  std::size_t open_files() const;
+
+ private:
+  struct Files {
+    int list = -1;
+    int allow = -1;
+  };
+  struct Handle {
+    int fd = -1;       // -1: cannot be opened (errno set)
+    bool owned = false;  // not kept: the caller closes it
+    bool kept_before = false;  // opened by an earlier call: may belong to a removed cgroup
+  };
+  // The descriptor of devices.list (`list`) or devices.allow of `cgroup_dir`.
+  Handle open_file(const std::string& cgroup_dir, bool list);
+  void drop(const std::string& cgroup_dir, bool list);
+
+  std::size_t max_cgroups_;
+  std::map<std::string, Files> files_;
+};
+
+}  // namespace gdw
