@@ -314,8 +314,10 @@ void Metrics::drift(const ContainerLabels& c, const std::string& device) {
   container_counter(counters(Id::kDrift), c, {{"device", device}}).Increment();
 }
 
-void Metrics::regrant(bool success, const std::string& method) {
-  counters(Id::kRegrants).Add({{"result", success ? "success" : "error"}, {"method", method}}).Increment();
+void Metrics::regrant(bool success, const std::string& method, std::size_t count) {
+  prometheus::Counter*& series = regrant_series_[{success, method}];
+  if (!series) series = &counters(Id::kRegrants).Add({{"result", success ? "success" : "error"}, {"method", method}});
+  series->Increment(static_cast<double>(count));
 }
 
 void Metrics::repair_duration(double seconds) { histogram(Id::kRepairDuration).Observe(seconds); }

@@ -77,7 +77,7 @@ class Metrics {
 
   // Repairs
   void drift(const ContainerLabels& c, const std::string& device);
-  void regrant(bool success, const std::string& method);  // method: cgroupfs | bpf | systemd
+  void regrant(bool success, const std::string& method, std::size_t count = 1);  // method: cgroupfs | bpf | systemd
   void repair_duration(double seconds);
   void throttled(const ContainerLabels& c);
   void set_containers_watched(std::size_t n);
@@ -170,6 +170,8 @@ class Metrics {
   double newest_container_start_seconds_ = 0;
   void update_checkpoint_lag();
   std::uint64_t ring_buffer_drops_seen_ = 0;
+  // regrants_total's series by (result, method): found without hashing labels per repair.
+  std::map<std::pair<bool, std::string>, prometheus::Counter*> regrant_series_;
 
   // Which per-container series exist, to remove them with the container, and to find a
   // series again without hashing its labels (a storm counts drift per device each repair).

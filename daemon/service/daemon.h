@@ -15,7 +15,7 @@
 //   daemon_repair.cpp      the repair loop (repair_step.h) and its report; systemd persistence
 //   daemon_repair_log.cpp  repair log lines (attribution wait, rate limit)
 //   daemon_probe.cpp       attribution: probe records → who revoked; denied opens
-//   daemon_gauges.cpp      gauges, identity problems
+//   daemon_gauges.cpp      gauges (counted by gauges.h), identity problems
 //   daemon_events.cpp, daemon_cdi.cpp, daemon_node_health.cpp
 #pragma once
 
@@ -137,9 +137,9 @@ class Daemon {
   // later, not after every inotify batch of a storm (each refresh walks every container).
   void gauges_changed();
   EventSource gauge_timer_;
-  // CDI spec errors (logged once each while they last) and unresolved CDI names: metrics
-  // (daemon_cdi.cpp).
-  void report_cdi();
+  // CDI spec errors (logged once each while they last) and unresolved CDI names (counted
+  // by count_gauges): metrics (daemon_cdi.cpp).
+  void report_cdi(std::size_t unresolved_names);
   std::set<std::string> cdi_errors_logged_;
 
   // daemon_probe.cpp: the eBPF probe

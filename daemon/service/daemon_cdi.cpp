@@ -5,7 +5,7 @@
 
 namespace gdw {
 
-void Daemon::report_cdi() {
+void Daemon::report_cdi(std::size_t unresolved_names) {
   const std::vector<std::string>& errors = node_->cdi_errors();
   std::set<std::string> now(errors.begin(), errors.end());
   for (const auto& e : now) {
@@ -13,12 +13,7 @@ void Daemon::report_cdi() {
   }
   cdi_errors_logged_ = std::move(now);
   metrics_.set_cdi_spec_errors(errors.size());
-
-  std::size_t unresolved = 0;
-  for (const auto& [dir, w] : containers_) {
-    if (w.target.kind == TargetKind::kGpu) unresolved += w.target.desired.unresolved_cdi.size();
-  }
-  metrics_.set_cdi_unresolved_devices(unresolved);
+  metrics_.set_cdi_unresolved_devices(unresolved_names);
 }
 
 }  // namespace gdw

@@ -1,6 +1,8 @@
 // The daemon's repair loop for one container: observe → plan → apply (repair_step.h, the
 // same code `check --repair` runs) → report (metrics, log lines, Events, retry timers) and
 // persist the grant in systemd's scope (systemd cgroup driver).
+#include <algorithm>
+
 #include "log/log.h"
 #include "service/daemon.h"
 
@@ -89,7 +91,11 @@ void Daemon::report_grants(Watched& w, const RepairStep& step, Clock::time_point
   const GrantReport& applied = *step.applied;
   const auto repair_time = Clock::now() - trigger;
   metrics_.repair_duration(std::chrono::duration<double>(repair_time).count());
-  for (const auto& o : applied.devices) metrics_.regrant(o.outcome.ok(), applied.method);
+  const auto granted = std::count_if(applied.devices.begin(), applied.devices.end(),
+                                     [](const DeviceOutcome& o) { return o.outcome.ok(); });
+  const auto refused = applied.devices.size() - static_cast<std::size_t>(granted);
+  if (granted) metrics_.regrant(true, applied.method, static_cast<std::size_t>(granted));
+  if (refused) metrics_.regrant(false, applied.method, refused);
   if (applied.programs_replaced) metrics_.programs_replaced(applied.programs_replaced);
   if (applied.programs_now) {
     w.programs.clear();
