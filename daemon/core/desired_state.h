@@ -30,6 +30,8 @@ struct DesiredDevices {
   // cdi.spec_dirs defines: gpu_devwatch_cdi_unresolved_devices.
   std::vector<std::string> unresolved_cdi;
   bool holds_gpu = false;               // has an allocation entry for a watched resource
+
+  bool operator==(const DesiredDevices&) const = default;
 };
 
 // devices.env_visible: what to do with GPUs a container without any allocation reaches
