@@ -17,7 +17,6 @@
 #include <sstream>
 
 #include "backend/device_programs_v2.h"
-#include "kubelet/checkpoint.h"
 #include "support/cgroup_sandbox.h"
 #include "support/nspawn_systemd.h"
 #include "support/process.h"
@@ -114,12 +113,7 @@ class CrunSystemd : public ::testing::TestWithParam<Case> {
     }, std::chrono::seconds(5)));
     scope_dir_ = process_cgroup_.substr(0, process_cgroup_.find(scope) + scope.size());
 
-    CheckpointWriteEntry entry;
-    entry.pod_uid = pod_uid_;
-    entry.container_name = "cuda";
-    entry.resource = "nvidia.com/gpu";
-    entry.device_ids_by_numa[0] = {kGpu};
-    files_.write("kubelet/kubelet_internal_checkpoint", write_checkpoint({entry}, {{"nvidia.com/gpu", {kGpu}}}));
+    files_.write("kubelet/kubelet_internal_checkpoint", one_gpu_checkpoint(pod_uid_, "cuda", kGpu));
     for (const auto& n : kNodes) before_[n.path] = container_->open_errno(n.path);
   }
 

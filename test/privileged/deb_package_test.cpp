@@ -14,7 +14,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "kubelet/checkpoint.h"
 #include "support/cgroup_sandbox.h"
 #include "support/nspawn_systemd.h"
 #include "support/process.h"
@@ -129,13 +128,8 @@ class DebPackage : public ::testing::Test {
            {{"devices", {{{"allow", false}, {"access", "rwm"}},
                          {{"allow", true}, {"type", "c"}, {"major", 1}, {"minor", 3}, {"access", "rwm"}}}}}}}}};
     write_file_mkdirs(node + "/run/" + id + "/config.json", spec.dump());
-    CheckpointWriteEntry entry;
-    entry.pod_uid = pod_uid;
-    entry.container_name = "cuda";
-    entry.resource = "nvidia.com/gpu";
-    entry.device_ids_by_numa[0] = {kGpu};
     write_file_mkdirs(node + "/kubelet/device-plugins/kubelet_internal_checkpoint",
-                      write_checkpoint({entry}, {{"nvidia.com/gpu", {kGpu}}}));
+                      one_gpu_checkpoint(pod_uid, "cuda", kGpu));
     return pid > 0 ? systemd_->device_cgroup_of(pid) : std::string();
   }
 

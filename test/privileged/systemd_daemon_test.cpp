@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/device_programs_v2.h"
-#include "kubelet/checkpoint.h"
 #include "support/cgroup_sandbox.h"
 #include "support/metrics_text.h"
 #include "support/nspawn_systemd.h"
@@ -69,12 +68,7 @@ class DaemonWithSystemd : public ::testing::TestWithParam<CgroupMode> {
            {{"devices", {{{"allow", false}, {"access", "rwm"}},
                          {{"allow", true}, {"type", "c"}, {"major", 1}, {"minor", 3}, {"access", "rwm"}}}}}}}}};
     files_.write("run/" + id_ + "/config.json", spec.dump());
-    CheckpointWriteEntry entry;
-    entry.pod_uid = pod_uid_;
-    entry.container_name = "cuda";
-    entry.resource = "nvidia.com/gpu";
-    entry.device_ids_by_numa[0] = {kGpu};
-    files_.write("kubelet/kubelet_internal_checkpoint", write_checkpoint({entry}, {{"nvidia.com/gpu", {kGpu}}}));
+    files_.write("kubelet/kubelet_internal_checkpoint", one_gpu_checkpoint(pod_uid_, "cuda", kGpu));
   }
 
   std::string config(int port) {

@@ -277,6 +277,15 @@ void SandboxNode::allocate(const std::string& pod_uid, const std::string& contai
   external_allocations_.push_back(spec);
 }
 
+std::string one_gpu_checkpoint(const std::string& pod_uid, const std::string& container, const std::string& gpu_uuid) {
+  CheckpointWriteEntry e;
+  e.pod_uid = pod_uid;
+  e.container_name = container;
+  e.resource = "nvidia.com/gpu";
+  e.device_ids_by_numa[0] = {gpu_uuid};
+  return write_checkpoint({e}, {{"nvidia.com/gpu", {gpu_uuid}}});
+}
+
 void SandboxNode::write_checkpoint() {
   std::vector<CheckpointWriteEntry> entries;
   auto add = [&](const SandboxContainerSpec& spec) {

@@ -66,6 +66,11 @@ struct SandboxContainer {
   pid_t sleeper = -1;
 };
 
+// The text of a kubelet checkpoint that allocates one `nvidia.com/gpu` (`gpu_uuid`, the
+// only one registered) to `container` of pod `pod_uid`: for nodes built by hand (the
+// systemd and package tests) rather than by SandboxNode.
+std::string one_gpu_checkpoint(const std::string& pod_uid, const std::string& container, const std::string& gpu_uuid);
+
 class SandboxNode {
  public:
   struct Options {
