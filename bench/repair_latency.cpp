@@ -25,7 +25,7 @@
 #include <sstream>
 #include <thread>
 
-#include "backend/devices_v1.h"
+#include "backend/devices_v1_files.h"
 #include "core/device_rule.h"
 #include "bench_node.h"
 #include "support/daemon_harness.h"
@@ -63,7 +63,8 @@ std::uint32_t gpu_minor(const SandboxNode& node, const SandboxContainer& c) {
 }
 
 bool gpu_allowed(const SandboxContainer& c, std::uint32_t minor) {
-  auto raw = read_devices_list(c.cgroup_dir);
+  DevicesV1Files per_call(0);
+  auto raw = per_call.read_list(c.cgroup_dir);
   if (!raw) return false;
   auto list = parse_devices_list(*raw);
   return list.ok() &&
@@ -134,9 +135,10 @@ pid_t start_polling_loop(const SandboxNode& node) {
   for (const auto& c : node.containers()) targets.emplace_back(c.cgroup_dir, gpu_minor(node, c));
   pid_t pid = ::fork();
   if (pid == 0) {
+    DevicesV1Files per_call(0);  // what a shell loop does: open, write, close
     for (;;) {
       for (const auto& [dir, minor] : targets)
-        write_device_grants(dir, {DeviceRule{DeviceType::kChar, 195, minor, kAccessReadWrite}});
+        per_call.write_grants(dir, {DeviceRule{DeviceType::kChar, 195, minor, kAccessReadWrite}});
       ::sleep(1);
     }
   }

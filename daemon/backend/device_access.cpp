@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "backend/devices_v1.h"
 #include "backend/devices_v1_files.h"
 #include "runtime/proc_cgroups.h"
 

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "backend/devices_v1.h"
 
 namespace gdw {
 namespace {
@@ -49,6 +48,13 @@ int write_rule(int fd, const DeviceRule& rule) {
     n = ::write(fd, text.data(), text.size());
   } while (n < 0 && errno == EINTR);
   return n < 0 ? errno : 0;
+}
+
+// What a refused grant's errno means here.
+std::string describe_grant_error(int err) {
+  if (err == EPERM) return "refused by the kernel (a parent cgroup denies this device)";
+  if (err == ENOENT || err == ENODEV) return "cgroup removed";
+  return std::strerror(err);
 }
 
 Error list_error(int err) {

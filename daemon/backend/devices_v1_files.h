@@ -1,5 +1,7 @@
-// The devices.list / devices.allow files of the cgroup v1 containers being repaired, kept
-// open between repairs: a storm re-checks the same containers hundreds of times a second,
+// cgroup v1 devices controller: read what a cgroup allows (devices.list), grant rules
+// (devices.allow, one rule per write(), as the kernel requires).
+//
+// The files of the containers being repaired are kept open between repairs: a storm re-checks the same containers hundreds of times a second,
 // and each open() walks the whole cgroupfs path (a third of a repair's cost, measured with
 // bench/storm). A re-read is a pread at 0, which restarts the kernel's seq_file.
 //
@@ -22,14 +24,17 @@ namespace gdw {
 class DevicesV1Files {
  public:
   // At most `max_cgroups` cgroups' files are kept open (two descriptors each); the others
-  // are opened per call.
+  // are opened per call (0: every call opens and closes, as a one-off reader does).
   explicit DevicesV1Files(std::size_t max_cgroups) : max_cgroups_(max_cgroups) {}
   ~DevicesV1Files();
   DevicesV1Files(const DevicesV1Files&) = delete;
   DevicesV1Files& operator=(const DevicesV1Files&) = delete;
 
-  // As read_devices_list / write_device_grants (devices_v1.h).
+  // The raw text of <cgroup_dir>/devices.list. Errors carry errno as their code, so callers
+  // can tell a removed cgroup (ENOENT/ENODEV, is_cgroup_gone) from a real failure.
   Result<std::string> read_list(const std::string& cgroup_dir);
+  // One outcome per rule, in order: written, or an error whose code is the errno (EPERM: the
+  // kernel refused, a parent denies; ENOENT/ENODEV: the cgroup is gone).
   std::vector<Status> write_grants(const std::string& cgroup_dir, const std::vector<DeviceRule>& rules);
   // The cgroup is no longer watched: close its files.
   void forget(const std::string& cgroup_dir);
