@@ -1,0 +1,190 @@
+/* devwatch (BPF side), cgroup v2 device programs: attach / detach / replace of
+ * BPF_CGROUP_DEVICE programs and links seen at bpf() exit, and loads of such programs seen
+ * at their CAP_BPF check. The entry points that call these are in devwatch.bpf.c.
+ */
+#ifndef GDW_DEVWATCH_DEVICE_PROGRAMS_BPF_H
+#define GDW_DEVWATCH_DEVICE_PROGRAMS_BPF_H
+
+#include "devwatch_common.bpf.h"
+
+#define ATTR_PREFIX_SIZE 20           /* union bpf_attr bytes we read: up to replace_bpf_fd */
+#define BPF_F_REPLACE_FLAG (1U << 2) /* BPF_F_REPLACE is a #define in UAPI, not in BTF */
+
+/* The attach type of a cgroup link moved from bpf_cgroup_link.type to bpf_link.attach_type
+ * in 6.17. */
+struct bpf_cgroup_link___before_6_17 {
+  struct bpf_link link;
+  struct cgroup *cgroup;
+  enum bpf_attach_type type;
+} __attribute__((preserve_access_index));
+struct bpf_link___since_6_17 {
+  enum bpf_attach_type attach_type;
+} __attribute__((preserve_access_index));
+
+/* The last device program load reported per tid: one load passes several capability
+ * checks (program load, verifier), and is reported once. */
+struct device_program_load_seen {
+  __u64 attr; /* user address of the bpf_attr */
+  __u64 ktime_ns;
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 1024);
+  __type(key, __u32);
+  __type(value, struct device_program_load_seen);
+} device_program_loads SEC(".maps");
+/* Checks of one load come within this time of the first (the verifier runs in between). */
+#define LOAD_CHECKS_WINDOW_NS (5 * 1000 * 1000ULL)
+
+/* BPF_CGROUP_DEVICE links by link id: what a link no longer tells once detached (its
+ * cgroup) or updated (its previous program). Filled at LINK_CREATE / LINK_UPDATE and by
+ * user space for links that existed before the probe; LRU because a link released by
+ * its holder's exit makes no bpf() call to remove it. */
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 16384);
+  __type(key, __u32);
+  __type(value, struct gdw_device_link);
+} cgroup_device_links SEC(".maps");
+
+static __always_inline __u32 prog_id_of_fd(struct task_struct *task, __u64 fd) {
+  struct file *file = file_of_fd(task, fd);
+  if (!file || !KERNEL_STR_EQUALS(file_dentry_name(file), "bpf-prog")) return 0;
+  struct bpf_prog *prog = BPF_CORE_READ(file, private_data);
+  return BPF_CORE_READ(prog, aux, id);
+}
+
+static __always_inline struct bpf_link *link_of_fd(struct task_struct *task, __u64 fd) {
+  struct file *file = file_of_fd(task, fd);
+  if (!file || !KERNEL_STR_EQUALS(file_dentry_name(file), "bpf_link")) return NULL;
+  return BPF_CORE_READ(file, private_data);
+}
+
+/* A cgroup directory fd (v1 or v2) → its kernfs id, which is the cgroup id. */
+static __always_inline __u64 cgroup_id_of_fd(struct task_struct *task, __u64 fd) {
+  struct file *file = file_of_fd(task, fd);
+  if (!file) return 0;
+  struct inode *inode = BPF_CORE_READ(file, f_inode);
+  unsigned long magic = BPF_CORE_READ(inode, i_sb, s_magic);
+  if (magic != CGROUP2_SUPER_MAGIC && magic != CGROUP_SUPER_MAGIC) return 0;
+  struct kernfs_node *kn = BPF_CORE_READ(inode, i_private);
+  return BPF_CORE_READ(kn, id);
+}
+
+static __always_inline enum bpf_attach_type cgroup_link_attach_type(struct bpf_link *link) {
+  if (bpf_core_field_exists(struct bpf_link___since_6_17, attach_type))
+    return BPF_CORE_READ((struct bpf_link___since_6_17 *)link, attach_type);
+  return BPF_CORE_READ((struct bpf_cgroup_link___before_6_17 *)link, type);
+}
+
+static __always_inline int emit_device_program(struct task_struct *task, struct pt_regs *regs, long ret) {
+  int cmd = (int)PT_REGS_PARM1_SYSCALL(regs);
+  if (cmd != BPF_PROG_ATTACH && cmd != BPF_PROG_DETACH && cmd != BPF_LINK_CREATE &&
+      cmd != BPF_LINK_UPDATE && cmd != BPF_LINK_DETACH)
+    return 0;
+
+  /* The caller's size may be smaller than the prefix we read; fields past it count as
+   * zero (the bpf(2) contract). */
+  union bpf_attr attr;
+  __builtin_memset(&attr, 0, sizeof(attr));
+  __u64 size = PT_REGS_PARM3_SYSCALL(regs);
+  if (size > ATTR_PREFIX_SIZE) size = ATTR_PREFIX_SIZE;
+  if (bpf_probe_read_user(&attr, size, (void *)PT_REGS_PARM2_SYSCALL(regs)) != 0) return 0;
+
+  __u32 command, flags = 0, prog_id = 0, replaced_prog_id = 0;
+  __u64 target_cgroup_id = 0;
+  if (cmd == BPF_PROG_ATTACH || cmd == BPF_PROG_DETACH) {
+    if (attr.attach_type != BPF_CGROUP_DEVICE) return 0;
+    command = cmd == BPF_PROG_ATTACH ? GDW_DEVPROG_PROG_ATTACH : GDW_DEVPROG_PROG_DETACH;
+    target_cgroup_id = cgroup_id_of_fd(task, attr.target_fd);
+    prog_id = prog_id_of_fd(task, attr.attach_bpf_fd);
+    flags = attr.attach_flags;
+    if (cmd == BPF_PROG_ATTACH && (attr.attach_flags & BPF_F_REPLACE_FLAG))
+      replaced_prog_id = prog_id_of_fd(task, attr.replace_bpf_fd);
+  } else if (cmd == BPF_LINK_CREATE) {
+    if (attr.link_create.attach_type != BPF_CGROUP_DEVICE) return 0;
+    command = GDW_DEVPROG_LINK_CREATE;
+    target_cgroup_id = cgroup_id_of_fd(task, attr.link_create.target_fd);
+    prog_id = prog_id_of_fd(task, attr.link_create.prog_fd);
+    flags = attr.link_create.flags;
+    struct bpf_link *link = ret >= 0 ? link_of_fd(task, ret) : NULL; /* ret: the new link's fd */
+    if (link) {
+      __u32 link_id = BPF_CORE_READ(link, id);
+      struct gdw_device_link remembered = {.cgroup_id = target_cgroup_id, .prog_id = prog_id};
+      bpf_map_update_elem(&cgroup_device_links, &link_id, &remembered, BPF_ANY);
+    }
+  } else {
+    __u32 link_fd = cmd == BPF_LINK_UPDATE ? attr.link_update.link_fd : attr.link_detach.link_fd;
+    struct bpf_link *link = link_of_fd(task, link_fd);
+    if (!link || BPF_CORE_READ(link, type) != BPF_LINK_TYPE_CGROUP ||
+        cgroup_link_attach_type(link) != BPF_CGROUP_DEVICE)
+      return 0;
+    __u32 link_id = BPF_CORE_READ(link, id);
+    struct gdw_device_link *remembered = bpf_map_lookup_elem(&cgroup_device_links, &link_id);
+    struct cgroup *cgroup = BPF_CORE_READ(container_of(link, struct bpf_cgroup_link, link), cgroup);
+    /* NULL once the detach succeeded. */
+    target_cgroup_id = cgroup ? BPF_CORE_READ(cgroup, kn, id) : remembered ? remembered->cgroup_id : 0;
+    __u32 link_prog_id = BPF_CORE_READ(link, prog, aux, id);
+    if (cmd == BPF_LINK_UPDATE) {
+      command = GDW_DEVPROG_LINK_UPDATE;
+      prog_id = prog_id_of_fd(task, attr.link_update.new_prog_fd);
+      flags = attr.link_update.flags;
+      if (remembered)
+        replaced_prog_id = remembered->prog_id;
+      else if (flags & BPF_F_REPLACE_FLAG)
+        replaced_prog_id = prog_id_of_fd(task, attr.link_update.old_prog_fd);
+      else if (ret != 0)
+        replaced_prog_id = link_prog_id; /* the failed update left it in place */
+      if (ret == 0) {
+        struct gdw_device_link updated = {.cgroup_id = target_cgroup_id, .prog_id = link_prog_id};
+        bpf_map_update_elem(&cgroup_device_links, &link_id, &updated, BPF_ANY);
+      }
+    } else {
+      command = GDW_DEVPROG_LINK_DETACH;
+      prog_id = link_prog_id;
+      if (ret == 0) bpf_map_delete_elem(&cgroup_device_links, &link_id);
+    }
+  }
+
+  struct gdw_device_program_event *e = reserve_event(sizeof(*e));
+  if (!e) return 0;
+  e->header.type = GDW_EVENT_DEVICE_PROGRAM;
+  e->header.reserved = 0;
+  e->header.ktime_ns = bpf_ktime_get_ns();
+  fill_process(&e->caller);
+  e->command = command;
+  e->flags = flags;
+  e->prog_id = prog_id;
+  e->replaced_prog_id = replaced_prog_id;
+  e->target_cgroup_id = target_cgroup_id;
+  e->result = ret;
+  bpf_ringbuf_submit(e, 0);
+  return 0;
+}
+
+/* A bpf(BPF_PROG_LOAD) of a cgroup device program, seen at a capability check that passed
+ * (gdw_cap_check). */
+static __always_inline int emit_device_program_load(struct pt_regs *regs) {
+  if ((int)PT_REGS_PARM1_SYSCALL(regs) != BPF_PROG_LOAD) return 0;
+  __u32 prog_type = 0; /* union bpf_attr's first member for BPF_PROG_LOAD */
+  if (bpf_probe_read_user(&prog_type, sizeof(prog_type), (void *)PT_REGS_PARM2_SYSCALL(regs)) != 0) return 0;
+  if (prog_type != BPF_PROG_TYPE_CGROUP_DEVICE) return 0;
+  __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  __u64 now = bpf_ktime_get_ns();
+  struct device_program_load_seen seen = {.attr = PT_REGS_PARM2_SYSCALL(regs), .ktime_ns = now};
+  struct device_program_load_seen *last = bpf_map_lookup_elem(&device_program_loads, &tid);
+  /* Measured from the reported check, so back-to-back loads are still reported every
+   * window at least. */
+  if (last && last->attr == seen.attr && now - last->ktime_ns < LOAD_CHECKS_WINDOW_NS) return 0;
+  bpf_map_update_elem(&device_program_loads, &tid, &seen, BPF_ANY);
+  struct gdw_device_program_load_event *e = reserve_event(sizeof(*e));
+  if (!e) return 0;
+  e->header.type = GDW_EVENT_DEVICE_PROGRAM_LOAD;
+  e->header.reserved = 0;
+  e->header.ktime_ns = bpf_ktime_get_ns();
+  fill_process(&e->caller);
+  bpf_ringbuf_submit(e, 0);
+  return 0;
+}
+
+#endif /* GDW_DEVWATCH_DEVICE_PROGRAMS_BPF_H */
