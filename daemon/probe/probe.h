@@ -148,11 +148,11 @@ class Probe {
   virtual Result<int> consume(const std::function<void(const ProbeEvent&)>& handler,
                               int max_records = std::numeric_limits<int>::max()) = 0;
 
-  // Denied opens, decided in the kernel (bpf/devwatch.bpf.c explains why): an open that
-  // failed with EPERM in a watched cgroup (v1 devices cgroup id or v2 cgroup id) whose
-  // path string is registered with watch_device_node, of a watched major, is delivered as
-  // a DeniedOpenEvent; any other denied open there is only counted per cgroup. No path a
-  // process passed is ever looked up by this side.
+  // Denied opens, decided in the kernel (bpf/devwatch_denied_opens.bpf.h explains why):
+  // an open that failed with EPERM in a watched cgroup (v1 devices cgroup id or v2 cgroup
+  // id) whose path string is registered with watch_device_node, of a watched major, is
+  // delivered as a DeniedOpenEvent; any other denied open there is only counted per
+  // cgroup. No path a process passed is ever looked up by this side.
   // Watching a watched cgroup again keeps its count.
   virtual Status watch_cgroup(std::uint64_t cgroup_id) = 0;
   virtual Status unwatch_cgroup(std::uint64_t cgroup_id) = 0;

@@ -155,6 +155,14 @@ Status Daemon::start() {
   auto src = loop_->add_io(inotify_->fd(), EPOLLIN, [this](std::uint32_t) { on_inotify(); }, "inotify", -10);
   if (!src) return src.error();
   inotify_source_ = std::move(*src);
+  persistence_.emplace(config_, loop_->native(), [this] {
+    // A reload re-applied every scope's device policy (v1: deny `a` and its list; v2: a
+    // new ANDed program): look at every GPU container once it has finished.
+    check_gpu_containers();
+    update_gauges();
+  });
+  repair_.emplace(config_, repair_settings_, *loop_, containers_, metrics_, attribution_, repair_hooks());
+  repair_->set_persistence(&*persistence_);
   if (auto s = start_timers(); !s) return s;
   if (auto s = loop_->enable_watchdog(); !s) log::warn(s.error().message);
   if (auto s = start_heartbeat(); !s) return s.error();
@@ -206,6 +214,7 @@ void Daemon::reload_probe() {
     hook_schedule_.reset();
     hook_timer_.disarm();
     probe_status_ = "off (probe.enabled: false)";
+    repair_->set_reporting(events_.get(), /*probe_loaded=*/false);
   } else if (config_.probe.enabled && !probe_) {
     load_probe();
   } else if (probe_) {
@@ -246,7 +255,7 @@ void Daemon::reload_config() {
   config_ = *fresh;
   repair_settings_ = RepairSettings::from(config_);
   if (!same_node) {
-    systemd_.reset();  // systemd.bus_address may have changed
+    persistence_->reset();  // systemd.bus_address may have changed
     reload_probe();
     start_node(config_);
     located_ = false;
@@ -258,6 +267,12 @@ void Daemon::reload_config() {
   // Kept or not, every input is looked at again (files by their stamps, every container's
   // rules read): what a SIGHUP promises.
   full_resync("reload");
+}
+
+void Daemon::start_events() {
+  events_.reset();  // joins the old worker; its in-flight request is aborted
+  events_ = kube::EventReporter::create(config_, *loop_, metrics_);
+  repair_->set_reporting(events_.get(), probe_ != nullptr);
 }
 
 int run_daemon(const std::string& config_path) {

@@ -12,11 +12,12 @@
 //   daemon.cpp             start, signals, reload, the heartbeat
 //   daemon_inputs.cpp      full resync, inotify events, the kubepods tree, checkpoint
 //   daemon_containers.cpp  the container table: add, resolve, remove, retry timers
-//   daemon_repair.cpp      the repair loop (repair_step.h) and its report; systemd persistence
-//   daemon_repair_log.cpp  repair log lines (attribution wait, rate limit)
-//   daemon_probe.cpp       attribution: probe records → who revoked; denied opens
+//   daemon_probe.cpp       the probe: loading it, its records to attribution.h, denied opens
 //   daemon_gauges.cpp      gauges (counted by gauges.h), identity problems
-//   daemon_events.cpp, daemon_cdi.cpp, daemon_node_health.cpp
+//   daemon_cdi.cpp, daemon_node_health.cpp
+// and its parts, each a class of its own: repair_loop.h (observe → plan → apply → report),
+// attribution.h (who revoked), systemd_persistence.h, container_table.h, watch_registry.h,
+// nvml_runner.h, node_health.h, gauges.h.
 #pragma once
 
 #include <unistd.h>
@@ -38,12 +39,13 @@
 #include "metrics/metrics.h"
 #include "node/node_model.h"
 #include "probe/probe.h"
+#include "service/attribution.h"
 #include "service/container_table.h"
 #include "service/node_health.h"
 #include "service/nvml_runner.h"
-#include "service/repair_step.h"
+#include "service/repair_loop.h"
+#include "service/systemd_persistence.h"
 #include "service/watch_registry.h"
-#include "service/writer_executables.h"
 #include "watch/event_loop.h"
 #include "watch/inotify.h"
 
@@ -111,25 +113,11 @@ class Daemon {
   // in (daemon_node_health.cpp).
   void notify_ready_when_settled();
 
-  // daemon_repair.cpp: observe → plan → apply (repair_step.h) → report. `cause`: who
-  // changed the container's device access, when the caller knows; named for devices this
-  // check finds newly missing.
+  // The repair loop (repair_loop.h) on `w`, through the node's device access.
   void check_and_repair(Watched& w, Clock::time_point trigger, const Revocation* cause = nullptr);
-  void report_observation(Watched& w, const RepairStep& step, Clock::time_point trigger, const Revocation* cause);
-  void report_plan(Watched& w, const RepairStep& step, Clock::time_point trigger);
-  void report_grants(Watched& w, const RepairStep& step, Clock::time_point trigger);
   // Watches DeviceAccess::restoring_rule_files while `w` misses devices, and only then.
   void watch_restoring_writes(Watched& w);
-  // systemd cgroup driver: make the scope's DeviceAllow= include what was granted, so the
-  // next daemon-reload keeps it.
-  SystemdClient* systemd();
-  void persist_in_systemd(Watched& w, const std::vector<WantedDevice>& devices);
-
-  // daemon_repair_log.cpp
-  void log_grants(Watched& w);
-  void wait_for_attribution(Watched& w);
-  void schedule_repair_log_summary(Watched& w, Clock::time_point at);
-  void log_repair_summary(Watched& w);
+  RepairLoop::Hooks repair_hooks();
 
   // daemon_gauges.cpp
   void update_gauges();
@@ -145,8 +133,6 @@ class Daemon {
   // daemon_probe.cpp: the eBPF probe
   void load_probe();
   void on_probe();
-  void on_rule_write(const RuleWriteEvent& ev);
-  void on_rule_write_result(const RuleWriteResultEvent& ev);
   void on_device_program_load(const DeviceProgramLoadEvent& ev);
   void sweep_device_programs();
   // Attaches or detaches the probe's syscall hook per probe.syscall_hook; `drift`: some GPU
@@ -159,10 +145,8 @@ class Daemon {
   void on_device_program(const DeviceProgramEvent& ev);
   void watch_in_probe(Watched& w);
 
-  // daemon_events.cpp: Kubernetes Events on the container's pod; nothing when events are off.
+  // Kubernetes Events (re)started with the configuration; the repair loop reports through them.
   void start_events();
-  void report_event(const Watched& w, kube::Cause cause, const std::vector<WantedDevice>& devices,
-                    const std::string& problem = "");
 
   Config config_;
   RepairSettings repair_settings_;
@@ -189,8 +173,9 @@ class Daemon {
   bool ready_ = false;
   bool ready_notified_ = false;  // READY=1 sent
 
-  std::unique_ptr<SystemdClient> systemd_;
-  LogOnce systemd_error_;
+  Attribution attribution_{containers_, metrics_};
+  std::optional<SystemdPersistence> persistence_;
+  std::optional<RepairLoop> repair_;
   std::unique_ptr<Probe> probe_;
   std::string probe_status_ = "off (probe.enabled: false)";
   EventSource probe_source_;
@@ -201,9 +186,6 @@ class Daemon {
   // the GPU containers' programs are re-read a few times after it (kProgramSweep).
   EventSource program_sweep_timer_;
   std::size_t program_sweep_step_ = 0;
-  std::optional<Revocation> program_loader_;
-  WriterExecutables executables_;  // who wrote: read once per process
-  const pid_t own_pid_ = ::getpid();  // our own writes are not revocations
   std::set<std::uint32_t> probe_majors_;
   std::set<std::string> probe_paths_;
   EventSource other_denied_opens_timer_;

@@ -77,6 +77,37 @@ void Daemon::apply_target(Watched& w, ContainerTarget target) {
                                     w.target.env_visible && !w.target.env_visible->device_ids.empty());
 }
 
+void Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Revocation* cause) {
+  repair_->check(*access_, w, trigger, cause);
+}
+
+RepairLoop::Hooks Daemon::repair_hooks() {
+  RepairLoop::Hooks hooks;
+  hooks.gone = [this](const std::string& dir) { remove_container(dir); };
+  hooks.retry = [this](Watched& w, Clock::duration delay, Clock::time_point trigger) {
+    schedule_retry(w, delay, trigger);
+  };
+  hooks.checked = [this](Watched& w) { watch_restoring_writes(w); };
+  hooks.persisted = [this](Watched& w) {
+    resolve(w, /*force=*/true);  // its DeviceAllow= changed: exposure (node/exposure.h)
+    check_and_repair(w, Clock::now());
+    gauges_changed();
+  };
+  return hooks;
+}
+
+void Daemon::watch_restoring_writes(Watched& w) {
+  const bool wanted = !w.repair.missing.empty();
+  if (wanted == !w.restoring_wds.empty()) return;
+  for (int wd : w.restoring_wds) watches_->drop(wd);
+  w.restoring_wds.clear();
+  if (!wanted) return;
+  for (const auto& file : access_->restoring_rule_files()) {
+    int wd = watches_->add(w.cgroup.cgroup_dir + "/" + file, IN_MODIFY, {WatchTarget::kContainerFile, w.cgroup.cgroup_dir});
+    if (wd >= 0) w.restoring_wds.push_back(wd);
+  }
+}
+
 void Daemon::start_watching(Watched& w) {
   // Every rule write shows up on the rule files where the policy is in files; device
   // programs have none: the probe's program events, systemd's Reloading and the program

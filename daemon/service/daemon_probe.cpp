@@ -1,15 +1,11 @@
-// The daemon's use of the eBPF probe: who revoked (rule writes, v2 program changes), denied
-// opens inside GPU containers, and cgroup_mkdir as a faster trigger than inotify.
+// The daemon's use of the eBPF probe: loading it, its records handed on (rule writes and
+// device program changes to attribution.h, which names who revoked), denied opens inside
+// GPU containers, and cgroup_mkdir as a faster trigger than inotify.
 #include <sys/epoll.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cstring>
 #include <type_traits>
 #include <variant>
 
-#include "core/writer_name.h"
 #include "log/log.h"
 #include "service/daemon.h"
 
@@ -36,44 +32,12 @@ constexpr Clock::duration kOtherDeniedOpensInterval = std::chrono::seconds(1);
 constexpr Clock::duration kProgramSweep[] = {std::chrono::milliseconds(1), std::chrono::milliseconds(10),
                                              std::chrono::milliseconds(100), std::chrono::seconds(1)};
 
-// The process behind an event; its executable is read now, while it may still exist.
-// Who changed a container's device access, for metrics (a bounded name) and the repair's
-// log line (pid, comm, executable, parent, what it did).
-struct Actor {
-  std::string writer;
-  std::string detail;
-};
-
-Actor describe_actor(const ProcessInfo& p, const std::string& exe, const std::string& action) {
-  const WriterIdentity who{p.comm, p.parent_comm, exe, p.pid};
-  Actor a;
-  a.writer = recognise_writer(who);
-  a.detail = a.writer + " (pid " + std::to_string(p.pid) + ", comm " + p.comm + (who.exe.empty() ? "" : ", " + who.exe) +
-             ", parent " + p.parent_comm + ") " + action;
-  return a;
-}
-
-// Our own grants are rule writes too: the probe leaves them out in the kernel, which knows
-// us by our pid in the initial pid namespace (the DaemonSet runs with hostPID). Elsewhere
-// getpid() is another number there, so nothing is left out (on_rule_write drops ours).
-std::uint32_t own_tgid_in_the_kernel() {
-  constexpr ino_t kInitialPidNamespaceInode = 0xEFFFFFFCU;  // PROC_PID_INIT_INO
-  struct stat st{};
-  if (::stat("/proc/self/ns/pid", &st) != 0 || st.st_ino != kInitialPidNamespaceInode) return 0;
-  return static_cast<std::uint32_t>(::getpid());
-}
-
-// The probe's timestamps are CLOCK_MONOTONIC, as Clock (steady_clock) is.
-Clock::time_point from_ktime(std::uint64_t ktime_ns) {
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ktime_ns)));
-}
-
 }  // namespace
 
 void Daemon::load_probe() {
   ProbeOptions options;
   options.ignored_writer_tgid = own_tgid_in_the_kernel();
-  options.report_allow_writes = false;  // cannot revoke (on_rule_write would drop them)
+  options.report_allow_writes = false;  // cannot revoke (attribution would drop them)
   auto probe = Probe::load(options);
   if (!probe) {
     probe_status_ = "off: " + probe.error().message;
@@ -88,6 +52,7 @@ void Daemon::load_probe() {
   }
   probe_ = std::move(*probe);
   probe_source_ = std::move(*src);
+  repair_->set_reporting(events_.get(), /*probe_loaded=*/true);
   probe_majors_.clear();
   probe_paths_.clear();
   // The kernel-side counters (a map lookup per CPU each): read now and then, not per record.
@@ -167,9 +132,9 @@ void Daemon::on_probe() {
         [this](const auto& e) {
           using T = std::decay_t<decltype(e)>;
           if constexpr (std::is_same_v<T, RuleWriteEvent>) {
-            on_rule_write(e);
+            if (Watched* w = attribution_.rule_write(e)) repair_->revocation_named(*w);
           } else if constexpr (std::is_same_v<T, RuleWriteResultEvent>) {
-            on_rule_write_result(e);
+            attribution_.rule_write_result(e);
           } else if constexpr (std::is_same_v<T, DeviceProgramLoadEvent>) {
             on_device_program_load(e);
           } else if constexpr (std::is_same_v<T, DeniedOpenEvent>) {
@@ -188,65 +153,10 @@ void Daemon::on_probe() {
   }
 }
 
-void Daemon::on_rule_write(const RuleWriteEvent& ev) {
-  Watched* w = containers_.by_cgroup_id(ev.target_cgroup_id);
-  // A write refused at the permission check is known to have failed; one seen before the
-  // kernel parsed it is taken at its word (a deny rule that parses is applied, bar a
-  // cgroup with children refusing "a"), and its result, when the hook reports it, can
-  // still withdraw the attribution.
-  if (!w || !ev.deny || (ev.result && *ev.result < 0)) return;
-  if (ev.writer.pid == own_pid_) return;
-  auto rule = parse_device_rule(ev.rule);
-  if (!rule) return;
-  // A GPU container: it revokes when it matches a wanted device and takes away some of the
-  // access it needs. Any other container may be a GPU container whose allocation record
-  // is still on its way: its deny rules are kept (bounded) for its first repair, while it
-  // is young (a record is late by seconds, not more; old containers cost nothing here).
-  const bool gpu = w->is_gpu();
-  if (gpu && !rule_revokes(*rule, w->target.desired.wanted)) return;
-  if (!gpu && Clock::now() - w->first_seen > PendingRevocations::kMaxAge) return;
-  Actor actor = describe_actor(ev.writer, executables_.of(ev.writer), "writing '" + ev.rule + "' to devices.deny");
-  Revocation r;
-  r.writer = std::move(actor.writer);
-  r.detail = std::move(actor.detail);
-  r.at = from_ktime(ev.ktime_ns);
-  r.tid = ev.writer.tid;
-  r.ktime_ns = ev.ktime_ns;
-  r.rule = *rule;
-  if (!gpu) {
-    w->pending_revocations.add(std::move(r), Clock::now());
-    return;
-  }
-  w->last_revocation = std::move(r);
-  metrics_.revocation(w->last_revocation->writer);
-  if (!w->unlogged.grants.empty()) log_grants(*w);
-}
-
-void Daemon::on_rule_write_result(const RuleWriteResultEvent& ev) {
-  if (ev.result >= 0) return;
-  Watched* w = containers_.by_cgroup_id(ev.target_cgroup_id);
-  if (!w) return;
-  if (!w->is_gpu()) {
-    w->pending_revocations.withdraw(ev.tid, ev.write_ktime_ns);
-    return;
-  }
-  log::debug("rule write by pid " + std::to_string(ev.pid) + " failed: " + std::strerror(static_cast<int>(-ev.result)),
-             w->log_fields());
-  // It revoked nothing: a repair must not name it.
-  if (w->last_revocation && w->last_revocation->tid == ev.tid && w->last_revocation->ktime_ns == ev.write_ktime_ns)
-    w->last_revocation.reset();
-}
-
 void Daemon::on_device_program_load(const DeviceProgramLoadEvent& ev) {
   // With the syscall hook attached the attach itself is reported (on_device_program).
-  if (!access_ || !access_->policy_in_programs() || ev.caller.pid == own_pid_ || probe_->syscall_hook_attached())
-    return;
-  Actor actor = describe_actor(ev.caller, executables_.of(ev.caller), "loading a device program");
-  Revocation r;
-  r.writer = std::move(actor.writer);
-  r.detail = std::move(actor.detail);
-  r.at = from_ktime(ev.ktime_ns);
-  program_loader_ = std::move(r);
+  if (!access_ || !access_->policy_in_programs() || probe_->syscall_hook_attached()) return;
+  if (!attribution_.program_load(ev)) return;
   if (!program_sweep_timer_) {
     auto t = loop_->add_timer([this] { sweep_device_programs(); }, "program-sweep");
     if (!t) {
@@ -261,8 +171,7 @@ void Daemon::on_device_program_load(const DeviceProgramLoadEvent& ev) {
 
 void Daemon::sweep_device_programs() {
   if (!access_ || !access_->policy_in_programs()) return;
-  const Revocation* cause =
-      program_loader_ && explains(program_loader_->at, Clock::now()) ? &*program_loader_ : nullptr;
+  const Revocation* cause = attribution_.program_loader(Clock::now());
   for (const auto& dir : containers_.dirs([](const Watched& w) { return w.is_gpu(); }))
     if (Watched* w = containers_.find(dir)) check_and_repair(*w, Clock::now(), cause);
   update_gauges();
@@ -304,22 +213,11 @@ void Daemon::collect_other_denied_opens() {
 }
 
 void Daemon::on_device_program(const DeviceProgramEvent& ev) {
-  if (!access_ || !access_->policy_in_programs() || ev.caller.pid == own_pid_ || ev.result < 0) return;
-  Watched* w = containers_.by_cgroup_id(ev.target_cgroup_id);
-  if (!w || w->target.kind != TargetKind::kGpu) return;
-  using Command = DeviceProgramEvent::Command;
-  const char* what = ev.command == Command::kProgAttach   ? "attaching"
-                     : ev.command == Command::kProgDetach ? "detaching"
-                     : ev.command == Command::kLinkCreate ? "linking"
-                     : ev.command == Command::kLinkUpdate ? "updating the link of"
-                                                          : "detaching the link of";
-  Actor actor = describe_actor(ev.caller, executables_.of(ev.caller), std::string(what) + " device program " + std::to_string(ev.prog_id));
-  Revocation r;
-  r.writer = std::move(actor.writer);
-  r.detail = std::move(actor.detail);
-  r.at = from_ktime(ev.ktime_ns);
+  if (!access_ || !access_->policy_in_programs()) return;
+  auto change = attribution_.program_change(ev);
+  if (!change) return;
   // Named only if the change leaves wanted devices denied.
-  check_and_repair(*w, Clock::now(), &r);
+  check_and_repair(*change->first, Clock::now(), &change->second);
   gauges_changed();
 }
 

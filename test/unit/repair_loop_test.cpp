@@ -1,0 +1,218 @@
+// The daemon's repair loop (service/repair_loop.h) driven by an in-memory device policy
+// (support/fake_device_access.h) on a real sd-event loop: what a check grants, counts and
+// hands back to its owner, without root or a cgroup.
+#include "service/repair_loop.h"
+
+#include <gtest/gtest.h>
+
+#include "support/fake_device_access.h"
+#include "support/metrics_text.h"
+
+namespace gdw {
+namespace {
+
+using std::chrono::milliseconds;
+using test::FakeDeviceAccess;
+using test::metric_value;
+
+WantedDevice dev(std::uint32_t minor, const std::string& name) {
+  return WantedDevice{DeviceNumber{DeviceType::kChar, 195, minor}, kAccessReadWrite, name, "test"};
+}
+const WantedDevice kGpu0 = dev(0, "nvidia0");
+const WantedDevice kCtl = dev(255, "nvidiactl");
+const std::string kDir = "/kubepods/pod1/c1";
+const std::map<std::string, std::string> kPod = {{"namespace", "ns"}, {"pod", "p"}, {"container", "c"}};
+
+class RepairLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config.repair.burst = 3;
+    config.repair.max_per_minute = 60;
+    settings = RepairSettings::from(config);
+    auto created = EventLoop::create();
+    ASSERT_TRUE(created);
+    loop = std::move(*created);
+    RepairLoop::Hooks hooks;
+    hooks.gone = [this](const std::string& dir) { gone.push_back(dir); };
+    hooks.retry = [this](WatchedContainer&, Clock::duration delay, Clock::time_point) { retries.push_back(delay); };
+    hooks.checked = [this](WatchedContainer&) { ++checked; };
+    hooks.persisted = [](WatchedContainer&) { FAIL() << "no systemd here"; };
+    repair.emplace(config, settings, *loop, containers, metrics, attribution, std::move(hooks));
+    DiscoveredContainer cg;
+    cg.cgroup_dir = kDir;
+    cg.pod.pod_uid = "uid-1";
+    w = &containers.upsert(cg, config).first;
+    w->target.kind = TargetKind::kGpu;
+    w->target.desired.wanted = {kGpu0, kCtl};
+    w->labels = {"ns", "p", "c"};
+    containers.set_cgroup_id(*w, 4242);
+  }
+
+  double metric(const std::string& name, const std::map<std::string, std::string>& labels = {}) {
+    return metric_value(metrics.render(), name, labels).value_or(0);
+  }
+  // Runs the loop for `d`: timers due by then fire.
+  void run_for(Clock::duration d) {
+    auto stop = loop->add_timer([this] { loop->exit(0); }, "test-stop");
+    ASSERT_TRUE(stop);
+    ASSERT_TRUE(stop->arm(std::chrono::duration_cast<std::chrono::microseconds>(d)));
+    loop->run();
+  }
+  void check(const Revocation* cause = nullptr) { repair->check(access, *w, Clock::now(), cause); }
+
+  Config config;
+  RepairSettings settings;
+  std::unique_ptr<EventLoop> loop;
+  ContainerTable containers;
+  Metrics metrics;
+  Attribution attribution{containers, metrics};
+  std::optional<RepairLoop> repair;
+  FakeDeviceAccess access;
+  WatchedContainer* w = nullptr;
+  std::vector<std::string> gone;
+  std::vector<Clock::duration> retries;
+  int checked = 0;
+};
+
+TEST_F(RepairLoopTest, GrantsWhatIsMissingAndCountsDriftAndRegrants) {
+  access.allowed[kDir] = {kCtl.dev};
+  check();
+  EXPECT_EQ(access.allowed[kDir].count(kGpu0.dev), 1u) << "nvidia0 granted back";
+  EXPECT_EQ(metric("gpu_devwatch_drift_total", {{"device", "nvidia0"}}), 1);
+  EXPECT_EQ(metric("gpu_devwatch_regrants_total", {{"result", "success"}, {"method", "fake"}}), 1);
+  EXPECT_EQ(metric("gpu_devwatch_repair_duration_seconds_count"), 1);
+  EXPECT_TRUE(w->repair.missing.empty());
+  EXPECT_EQ(checked, 1);
+  EXPECT_TRUE(w->unlogged.grants.empty()) << "no probe: the line goes out at once";
+
+  check();
+  EXPECT_EQ(access.grants, 1) << "nothing missing: nothing written";
+  EXPECT_EQ(metric("gpu_devwatch_drift_total"), 1);
+  EXPECT_EQ(checked, 2);
+}
+
+TEST_F(RepairLoopTest, AVanishedCgroupGoesBackToTheOwnerUncounted) {
+  check();  // not in the fake: ENOENT
+  EXPECT_EQ(gone, std::vector<std::string>{kDir});
+  EXPECT_EQ(checked, 0);
+  EXPECT_EQ(metric("gpu_devwatch_drift_total"), 0);
+}
+
+TEST_F(RepairLoopTest, AnUnreadablePolicyIsAnErrorNotADrift) {
+  access.allowed[kDir] = {};
+  access.unreadable = {kDir};
+  check();
+  EXPECT_TRUE(gone.empty());
+  EXPECT_EQ(access.grants, 0);
+  EXPECT_EQ(metric("gpu_devwatch_event_loop_errors_total", {{"source", "fake"}}), 1);
+}
+
+TEST_F(RepairLoopTest, TheCauseHandedInIsNamedAndCountedOnlyWhenSomethingWentMissing) {
+  access.allowed[kDir] = {kGpu0.dev, kCtl.dev};
+  Revocation cause;
+  cause.writer = "runc";
+  cause.at = Clock::now();
+  check(&cause);
+  EXPECT_FALSE(w->last_revocation) << "nothing missing: the change revoked nothing";
+  EXPECT_EQ(metric("gpu_devwatch_revocations_total"), 0);
+
+  access.allowed[kDir] = {kCtl.dev};
+  const auto trigger = Clock::now();
+  repair->check(access, *w, trigger, &cause);
+  ASSERT_TRUE(w->last_revocation);
+  EXPECT_EQ(w->last_revocation->writer, "runc");
+  EXPECT_EQ(w->last_revocation->cause_of, trigger);
+  EXPECT_EQ(metric("gpu_devwatch_revocations_total", {{"writer", "runc"}}), 1);
+}
+
+TEST_F(RepairLoopTest, WithTheProbeTheLogLineWaitsForTheRevokerThenGoesOut) {
+  repair->set_reporting(nullptr, /*probe_loaded=*/true);
+  access.allowed[kDir] = {kCtl.dev};
+  // The revoking write precedes the check it triggers; its record may come after it.
+  const auto written = Clock::now();
+  const auto trigger = written + milliseconds(1);
+  repair->check(access, *w, trigger);
+  EXPECT_EQ(access.allowed[kDir].count(kGpu0.dev), 1u) << "the repair itself never waits";
+  ASSERT_EQ(w->unlogged.grants.size(), 1u);
+  EXPECT_TRUE(w->log_timer.armed());
+
+  // The probe's record arrives: the line goes out now, naming it.
+  RuleWriteEvent ev;
+  ev.writer.pid = 0x3fffffff;  // not us, and no such process
+  ev.writer.comm = "runc";
+  ev.target_cgroup_id = 4242;
+  ev.deny = true;
+  ev.rule = "a *:* rwm";
+  ev.ktime_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(written.time_since_epoch()).count());
+  WatchedContainer* named = attribution.rule_write(ev);
+  ASSERT_EQ(named, w);
+  EXPECT_TRUE(names_repair(*w->last_revocation, trigger)) << "the line names runc";
+  repair->revocation_named(*named);
+  EXPECT_TRUE(w->unlogged.grants.empty());
+  EXPECT_FALSE(w->log_timer.armed());
+  EXPECT_EQ(metric("gpu_devwatch_revocations_total", {{"writer", "runc"}}), 1);
+
+  // No record at all: the line goes out after the wait anyway.
+  access.allowed[kDir] = {kCtl.dev};
+  w->last_revocation.reset();
+  check();
+  ASSERT_EQ(w->unlogged.grants.size(), 1u);
+  run_for(milliseconds(100));
+  EXPECT_TRUE(w->unlogged.grants.empty());
+}
+
+TEST_F(RepairLoopTest, ARefusedGrantIsRetriedAfterTheBackoffAndCountedAsAnError) {
+  access.allowed[kDir] = {kCtl.dev};
+  access.refused = {kGpu0.dev};
+  check();
+  EXPECT_EQ(metric("gpu_devwatch_regrants_total", {{"result", "error"}}), 1);
+  ASSERT_EQ(retries.size(), 1u);
+  EXPECT_GT(retries[0], std::chrono::seconds(29));
+  EXPECT_LE(retries[0], settings.rejected_backoff);
+  EXPECT_EQ(w->repair.missing.size(), 1u);
+}
+
+TEST_F(RepairLoopTest, ObserveModeGrantsNothing) {
+  config.mode = Mode::kObserve;
+  settings = RepairSettings::from(config);
+  access.allowed[kDir] = {kCtl.dev};
+  check();
+  check();
+  EXPECT_EQ(access.grants, 0);
+  EXPECT_EQ(metric("gpu_devwatch_drift_total"), 1) << "a transition is counted once";
+  EXPECT_EQ(checked, 2);
+}
+
+TEST_F(RepairLoopTest, AFightLoopBeyondTheBurstIsHeldBackAndRetriedLater) {
+  for (int i = 0; i < 3; ++i) {
+    access.allowed[kDir] = {kCtl.dev};
+    check();
+  }
+  EXPECT_EQ(access.grants, 3);
+  access.allowed[kDir] = {kCtl.dev};
+  check();
+  EXPECT_EQ(access.grants, 3) << "the bucket of 3 is empty";
+  EXPECT_EQ(metric("gpu_devwatch_repairs_throttled_total", kPod), 1);
+  ASSERT_FALSE(retries.empty());
+  EXPECT_LE(retries.back(), std::chrono::seconds(1)) << "the next token, at 60/min";
+}
+
+TEST_F(RepairLoopTest, RepairsBeyondTheLogBurstAreCountedInOneSummaryLine) {
+  config.repair.log_burst = 1;
+  containers.erase(kDir);
+  DiscoveredContainer cg;
+  cg.cgroup_dir = kDir;
+  w = &containers.upsert(cg, config).first;
+  w->target.kind = TargetKind::kGpu;
+  w->target.desired.wanted = {kGpu0};
+  for (int i = 0; i < 3; ++i) {
+    access.allowed[kDir] = {};
+    check();
+  }
+  EXPECT_EQ(access.grants, 3) << "every repair made";
+  EXPECT_TRUE(w->log_summary_timer.armed()) << "the lines beyond the burst are owed as one summary";
+}
+
+}  // namespace
+}  // namespace gdw
