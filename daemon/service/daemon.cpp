@@ -7,6 +7,7 @@
 
 #include "log/log.h"
 #include "node/config_file.h"
+#include "service/arm_timer.h"
 
 namespace gdw {
 namespace {
@@ -78,18 +79,11 @@ Status Daemon::start_heartbeat() {
   // loop that does not come back (a call that blocks) goes stale.
   auto timer = loop_->add_timer([this] {
     heartbeat_.beat(Clock::now());
-    arm_or_log(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat");
+    arm_timer(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat", metrics_);
   }, "heartbeat", duration_cast<microseconds>(heartbeat_.stale_after() / 4), -100);
   if (!timer) return timer.error();
   heartbeat_timer_ = std::move(*timer);
   return {};
-}
-
-void Daemon::arm_or_log(EventSource& timer, Clock::duration delay, const std::string& name) {
-  if (auto s = timer.arm(duration_cast<microseconds>(delay)); !s) {
-    metrics_.event_loop_error(name);
-    log::error("cannot arm the " + name + " timer: " + s.error().message);
-  }
 }
 
 Status Daemon::start_signals() {
@@ -115,7 +109,7 @@ Status Daemon::start_signals() {
 Status Daemon::start_timers() {
   auto timer = loop_->add_timer([this] {
     full_resync("periodic");
-    arm_or_log(resync_timer_, config_.daemon.resync_interval, "resync");
+    arm_timer(resync_timer_, config_.daemon.resync_interval, "resync", metrics_);
   }, "resync", duration_cast<microseconds>(config_.daemon.resync_interval));
   if (!timer) return timer.error();
   resync_timer_ = std::move(*timer);
@@ -127,7 +121,7 @@ Status Daemon::start_timers() {
       check_gpu_containers();
       update_gauges();
     }
-    arm_or_log(program_query_timer_, config_.daemon.program_query_interval, "program-query");
+    arm_timer(program_query_timer_, config_.daemon.program_query_interval, "program-query", metrics_);
   }, "program-query", duration_cast<microseconds>(config_.daemon.program_query_interval));
   if (!query) return query.error();
   program_query_timer_ = std::move(*query);
@@ -179,8 +173,8 @@ Status Daemon::start() {
     health_->inventory_refreshed(answered, started);
     reresolve_all();  // the answer, or the health check's own re-read, may change targets
   });
-  if (config_.probe.enabled) load_probe();
-  metrics_.set_probe_loaded(probe_ != nullptr);
+  probe_.emplace(config_, *loop_, containers_, metrics_, attribution_, probe_hooks());
+  probe_->apply_config();
   start_events();
   start_node(config_);
   log::info("starting: mode " + to_string(config_.mode) + ", metrics on " +
@@ -207,26 +201,6 @@ void Daemon::start_node(const Config& config) {
   if (auto s = health_->start(); !s) log::error("node health checks (PodResources, device plugins) off: " + s.error().message);
 }
 
-void Daemon::reload_probe() {
-  if (!config_.probe.enabled && probe_) {
-    probe_source_ = EventSource();
-    probe_.reset();
-    hook_schedule_.reset();
-    hook_timer_.disarm();
-    probe_status_ = "off (probe.enabled: false)";
-    repair_->set_reporting(events_.get(), /*probe_loaded=*/false);
-  } else if (config_.probe.enabled && !probe_) {
-    load_probe();
-  } else if (probe_) {
-    // probe.syscall_hook or its linger may have changed; the next update decides.
-    hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
-                           probe_->rule_writes_need_syscall_hook());
-    probe_status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
-  }
-  metrics_.set_probe_loaded(probe_ != nullptr);
-  metrics_.set_syscall_hook_attached(probe_ && probe_->syscall_hook_attached());
-}
-
 void Daemon::reload_config() {
   auto fresh = load_config_file(config_path_);
   if (!fresh) {
@@ -241,13 +215,13 @@ void Daemon::reload_config() {
   log::set_level(fresh->log.level);
   heartbeat_.set_stale_after(health_stale_after(*fresh));
   heartbeat_.beat(Clock::now());
-  arm_or_log(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat");  // at the new pace now
+  arm_timer(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat", metrics_);  // at the new pace now
   const bool same_node = same_node_inputs(config_, *fresh);
   if (!same_node) {
     // Start over from the new configuration: paths may have changed.
     for (auto& [dir, w] : containers_) {
       metrics_.forget(w.labels);
-      if (probe_ && w.cgroup_id) (void)probe_->unwatch_cgroup(w.cgroup_id);
+      probe_->unwatch(w);
     }
     containers_.clear();
     watches_->clear();
@@ -256,7 +230,7 @@ void Daemon::reload_config() {
   repair_settings_ = RepairSettings::from(config_);
   if (!same_node) {
     persistence_->reset();  // systemd.bus_address may have changed
-    reload_probe();
+    probe_->apply_config();
     start_node(config_);
     located_ = false;
   }
@@ -269,10 +243,43 @@ void Daemon::reload_config() {
   full_resync("reload");
 }
 
+RepairLoop::Hooks Daemon::repair_hooks() {
+  RepairLoop::Hooks hooks;
+  hooks.gone = [this](const std::string& dir) { remove_container(dir); };
+  hooks.retry = [this](Watched& w, Clock::duration delay, Clock::time_point trigger) {
+    schedule_retry(w, delay, trigger);
+  };
+  hooks.checked = [this](Watched& w) { watch_restoring_writes(w); };
+  hooks.persisted = [this](Watched& w) {
+    resolve(w, /*force=*/true);  // its DeviceAllow= changed: exposure (node/exposure.h)
+    check_and_repair(w, Clock::now());
+    gauges_changed();
+  };
+  return hooks;
+}
+
+ProbeLink::Hooks Daemon::probe_hooks() {
+  ProbeLink::Hooks hooks;
+  hooks.check = [this](Watched& w, const Revocation* cause) { check_and_repair(w, Clock::now(), cause); };
+  hooks.update_gauges = [this] { update_gauges(); };
+  hooks.gauges_changed = [this] { gauges_changed(); };
+  hooks.policy_in_programs = [this] { return access_ && access_->policy_in_programs(); };
+  hooks.cgroup_created = [this](std::uint32_t hierarchy_id, const std::string& path) {
+    on_cgroup_created(hierarchy_id, path);
+  };
+  hooks.revocation_named = [this](Watched& w) { repair_->revocation_named(w); };
+  return hooks;
+}
+
+void Daemon::on_cgroup_created(std::uint32_t hierarchy_id, const std::string& path) {
+  if (!located_ || tree_hierarchy_id_ != hierarchy_id) return;
+  dir_created(node_->kubepods().hierarchy_root + path);
+}
+
 void Daemon::start_events() {
   events_.reset();  // joins the old worker; its in-flight request is aborted
   events_ = kube::EventReporter::create(config_, *loop_, metrics_);
-  repair_->set_reporting(events_.get(), probe_ != nullptr);
+  repair_->set_reporting(events_.get(), probe_->loaded());
 }
 
 int run_daemon(const std::string& config_path) {

@@ -12,12 +12,11 @@
 //   daemon.cpp             start, signals, reload, the heartbeat
 //   daemon_inputs.cpp      full resync, inotify events, the kubepods tree, checkpoint
 //   daemon_containers.cpp  the container table: add, resolve, remove, retry timers
-//   daemon_probe.cpp       the probe: loading it, its records to attribution.h, denied opens
 //   daemon_gauges.cpp      gauges (counted by gauges.h), identity problems
 //   daemon_cdi.cpp, daemon_node_health.cpp
 // and its parts, each a class of its own: repair_loop.h (observe → plan → apply → report),
-// attribution.h (who revoked), systemd_persistence.h, container_table.h, watch_registry.h,
-// nvml_runner.h, node_health.h, gauges.h.
+// attribution.h (who revoked), probe_link.h (the eBPF probe), systemd_persistence.h,
+// container_table.h, watch_registry.h, nvml_runner.h, node_health.h, gauges.h.
 #pragma once
 
 #include <unistd.h>
@@ -30,19 +29,17 @@
 #include <string>
 
 #include "backend/device_access.h"
-#include "backend/systemd_scope.h"
 #include "core/config.h"
 #include "core/log_once.h"
-#include "core/syscall_hook_schedule.h"
 #include "kube/event_reporter.h"
 #include "metrics/loop_health.h"
 #include "metrics/metrics.h"
 #include "node/node_model.h"
-#include "probe/probe.h"
 #include "service/attribution.h"
 #include "service/container_table.h"
 #include "service/node_health.h"
 #include "service/nvml_runner.h"
+#include "service/probe_link.h"
 #include "service/repair_loop.h"
 #include "service/systemd_persistence.h"
 #include "service/watch_registry.h"
@@ -70,8 +67,6 @@ class Daemon {
   void stop(int code);
   void start_node(const Config& config);
   void reload_config();
-  void reload_probe();
-  void arm_or_log(EventSource& timer, Clock::duration delay, const std::string& name);
 
   // daemon_inputs.cpp
   void full_resync(const std::string& reason);
@@ -102,7 +97,8 @@ class Daemon {
   void stop_watching(Watched& w);
   void reresolve_all();
   void check_all(Clock::time_point trigger, const std::function<bool(const Watched&)>& which);
-  void check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs);
+  // true: a check changed what the gauges count (or dropped a container).
+  bool check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs);
   void check_gpu_containers();
   void schedule_retry(Watched& w, Clock::duration delay, Clock::time_point trigger);
   void on_retry(const std::string& dir);
@@ -130,20 +126,10 @@ class Daemon {
   void report_cdi(std::size_t unresolved_names);
   std::set<std::string> cdi_errors_logged_;
 
-  // daemon_probe.cpp: the eBPF probe
-  void load_probe();
-  void on_probe();
-  void on_device_program_load(const DeviceProgramLoadEvent& ev);
-  void sweep_device_programs();
-  // Attaches or detaches the probe's syscall hook per probe.syscall_hook; `drift`: some GPU
-  // container is missing devices now.
-  void maintain_syscall_hook(bool drift);
-  void on_denied_open(const DeniedOpenEvent& ev);
-  // Adds what the probe counted in the kernel (denied opens of non-GPU paths) to metrics.
-  void collect_other_denied_opens();
-  void on_cgroup_lifecycle(const CgroupLifecycleEvent& ev);
-  void on_device_program(const DeviceProgramEvent& ev);
-  void watch_in_probe(Watched& w);
+  ProbeLink::Hooks probe_hooks();
+  // cgroup_mkdir from the probe: a new container, faster than inotify (which stays the
+  // fallback; dir_created() is idempotent).
+  void on_cgroup_created(std::uint32_t hierarchy_id, const std::string& path);
 
   // Kubernetes Events (re)started with the configuration; the repair loop reports through them.
   void start_events();
@@ -176,19 +162,7 @@ class Daemon {
   Attribution attribution_{containers_, metrics_};
   std::optional<SystemdPersistence> persistence_;
   std::optional<RepairLoop> repair_;
-  std::unique_ptr<Probe> probe_;
-  std::string probe_status_ = "off (probe.enabled: false)";
-  EventSource probe_source_;
-  std::optional<SyscallHookSchedule> hook_schedule_;
-  EventSource hook_timer_;
-  LogOnce hook_error_;
-  // Device programs without the syscall hook: a device program load announces an attach;
-  // the GPU containers' programs are re-read a few times after it (kProgramSweep).
-  EventSource program_sweep_timer_;
-  std::size_t program_sweep_step_ = 0;
-  std::set<std::uint32_t> probe_majors_;
-  std::set<std::string> probe_paths_;
-  EventSource other_denied_opens_timer_;
+  std::optional<ProbeLink> probe_;
   // The hierarchy id cgroup_mkdir reports for the tree we watch (cgroup2 is 0).
   std::optional<std::uint32_t> tree_hierarchy_id_;
   EventSource program_query_timer_;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include "log/log.h"
+#include "service/arm_timer.h"
 #include "service/daemon.h"
 
 namespace gdw {
@@ -25,7 +26,7 @@ void Daemon::upsert_container(const DiscoveredContainer& cg, bool check_new) {
     struct stat st{};
     if (::stat(cg.cgroup_dir.c_str(), &st) == 0) {
       // Known by its cgroup id from now on: a write to it is kept for attribution even
-      // before it is known as a GPU container (daemon_probe.cpp).
+      // before it is known as a GPU container (attribution.cpp).
       containers_.set_cgroup_id(w, st.st_ino);
       // "Pods stuck before allocation": containers keep starting while the checkpoint
       // (written at every allocation) does not move.
@@ -65,7 +66,7 @@ void Daemon::apply_target(Watched& w, ContainerTarget target) {
     struct stat st{};
     if (::stat(w.cgroup.cgroup_dir.c_str(), &st) == 0) containers_.set_cgroup_id(w, st.st_ino);
   }
-  if (is_gpu) watch_in_probe(w);
+  if (is_gpu) probe_->watch(w);
   if (is_gpu && !w.watching) {
     start_watching(w);
   } else if (!is_gpu && was_gpu) {
@@ -79,21 +80,6 @@ void Daemon::apply_target(Watched& w, ContainerTarget target) {
 
 void Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Revocation* cause) {
   repair_->check(*access_, w, trigger, cause);
-}
-
-RepairLoop::Hooks Daemon::repair_hooks() {
-  RepairLoop::Hooks hooks;
-  hooks.gone = [this](const std::string& dir) { remove_container(dir); };
-  hooks.retry = [this](Watched& w, Clock::duration delay, Clock::time_point trigger) {
-    schedule_retry(w, delay, trigger);
-  };
-  hooks.checked = [this](Watched& w) { watch_restoring_writes(w); };
-  hooks.persisted = [this](Watched& w) {
-    resolve(w, /*force=*/true);  // its DeviceAllow= changed: exposure (node/exposure.h)
-    check_and_repair(w, Clock::now());
-    gauges_changed();
-  };
-  return hooks;
 }
 
 void Daemon::watch_restoring_writes(Watched& w) {
@@ -124,7 +110,7 @@ void Daemon::start_watching(Watched& w) {
 }
 
 void Daemon::stop_watching(Watched& w) {
-  if (probe_ && w.cgroup_id) (void)probe_->unwatch_cgroup(w.cgroup_id);
+  probe_->unwatch(w);
   for (int wd : w.wds) watches_->drop(wd);
   w.wds.clear();
   w.repair.missing.clear();
@@ -140,7 +126,7 @@ void Daemon::remove_container(const std::string& cgroup_dir) {
   for (int wd : w->wds) watches_->drop(wd);
   for (int wd : w->restoring_wds) watches_->drop(wd);
   if (access_) access_->forget(cgroup_dir);
-  if (probe_ && w->cgroup_id && w->is_gpu()) (void)probe_->unwatch_cgroup(w->cgroup_id);
+  if (w->is_gpu()) probe_->unwatch(*w);
   if (w->is_gpu()) log::info("GPU container gone", w->log_fields());
   metrics_.forget(w->labels);
   node_->bundles().forget(w->cgroup.leaf.container_id);
@@ -163,10 +149,18 @@ void Daemon::check_all(Clock::time_point trigger, const std::function<bool(const
   check_dirs(trigger, containers_.dirs(which));
 }
 
-void Daemon::check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs) {
+bool Daemon::check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs) {
+  bool gauges_moved = false;
   // check_and_repair may drop a container whose cgroup vanished: look each up by name.
-  for (const auto& dir : dirs)
-    if (Watched* w = containers_.find(dir)) check_and_repair(*w, trigger);
+  for (const auto& dir : dirs) {
+    Watched* w = containers_.find(dir);
+    if (!w) continue;
+    const auto before = w->gauge_inputs();
+    check_and_repair(*w, trigger);
+    w = containers_.find(dir);
+    gauges_moved |= !w || w->gauge_inputs() != before;
+  }
+  return gauges_moved;
 }
 
 void Daemon::check_gpu_containers() {
@@ -185,7 +179,7 @@ void Daemon::schedule_retry(Watched& w, Clock::duration delay, Clock::time_point
   const auto at = Clock::now() + delay;
   if (!w.retry.armed() || at < w.retry_at) {
     w.retry_at = at;
-    arm_or_log(w.retry, duration_cast<microseconds>(delay) + microseconds(1), "retry");
+    arm_timer(w.retry, duration_cast<microseconds>(delay) + microseconds(1), "retry", metrics_);
   }
 }
 

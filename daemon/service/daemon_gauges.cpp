@@ -2,6 +2,7 @@
 // problems; device programs), refreshed kGaugeDelay after a turn that changed anything, and the
 // identity problems' log lines (once each while they last).
 #include "log/log.h"
+#include "service/arm_timer.h"
 #include "service/daemon.h"
 #include "service/gauges.h"
 
@@ -18,7 +19,7 @@ void Daemon::gauges_changed() {
     update_gauges();
     return;
   }
-  if (!gauge_timer_.armed()) arm_or_log(gauge_timer_, kGaugeDelay, "gauges");
+  if (!gauge_timer_.armed()) arm_timer(gauge_timer_, kGaugeDelay, "gauges", metrics_);
 }
 
 void Daemon::update_gauges() {
@@ -36,7 +37,7 @@ void Daemon::update_gauges() {
   metrics_.set_identity_conflicts(g.identity_conflicts);
   report_cdi(g.unresolved_cdi);
   for (const auto& text : identity_problems_.still(g.identity_problems)) log::warn("identity not used: " + text);
-  maintain_syscall_hook(g.missing > 0);
+  probe_->maintain_syscall_hook(g.missing > 0);
   if (access_ && access_->policy_in_programs()) {
     for (ProgramOwner owner : {ProgramOwner::kOurs, ProgramOwner::kSystemd, ProgramOwner::kRuntime}) {
       auto n = g.programs.find(owner);

@@ -51,7 +51,7 @@ void Daemon::notify_ready_when_settled() {
     return kv.second.target.kind == TargetKind::kGpu;
   });
   sd_notifyf(0, "READY=1\nSTATUS=watching %zu GPU container(s); eBPF probe %s",
-             static_cast<std::size_t>(gpu_containers), probe_status_.c_str());
+             static_cast<std::size_t>(gpu_containers), probe_->status().c_str());
   log::info("ready");
   // Startup (linking ~100 libraries, the first resync, the first PodResources answer) is
   // done: what only it touched need not stay resident (memory/resident_pages.h).

@@ -149,12 +149,4 @@ void RepairLoop::persist_answered(const std::string& dir, const std::vector<Want
 void RepairLoop::revocation_named(WatchedContainer& w) {
   if (!w.unlogged.grants.empty()) log_grants(w);
 }
-
-void RepairLoop::arm(EventSource& timer, Clock::duration delay, const char* name) {
-  if (auto s = timer.arm(std::chrono::duration_cast<std::chrono::microseconds>(delay)); !s) {
-    metrics_.event_loop_error(name);
-    log::error(std::string("cannot arm the ") + name + " timer: " + s.error().message);
-  }
-}
-
 }  // namespace gdw

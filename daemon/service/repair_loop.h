@@ -69,7 +69,6 @@ class RepairLoop {
   void log_repair_summary(WatchedContainer& w);
   void report_event(const WatchedContainer& w, kube::Cause cause, const std::vector<WantedDevice>& devices,
                     const std::string& problem = "");
-  void arm(EventSource& timer, Clock::duration delay, const char* name);
 
   const Config& config_;
   const RepairSettings& settings_;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "log/log.h"
+#include "service/arm_timer.h"
 #include "service/repair_loop.h"
 
 namespace gdw {
@@ -37,7 +38,7 @@ void RepairLoop::wait_for_attribution(WatchedContainer& w) {
     }
     w.log_timer = std::move(*t);
   }
-  if (!w.log_timer.armed()) arm(w.log_timer, kAttributionWait, "grant-log");
+  if (!w.log_timer.armed()) arm_timer(w.log_timer, kAttributionWait, "grant-log", metrics_);
 }
 
 void RepairLoop::log_grants(WatchedContainer& w) {
@@ -80,7 +81,7 @@ void RepairLoop::schedule_repair_log_summary(WatchedContainer& w, Clock::time_po
     w.log_summary_timer = std::move(*t);
   }
   const auto delay = std::max(at - Clock::now(), Clock::duration::zero());
-  arm(w.log_summary_timer, delay + std::chrono::microseconds(1), "repair-log-summary");
+  arm_timer(w.log_summary_timer, delay + std::chrono::microseconds(1), "repair-log-summary", metrics_);
 }
 
 void RepairLoop::log_repair_summary(WatchedContainer& w) {

@@ -70,6 +70,14 @@ struct WatchedContainer {
   EventSource log_summary_timer;      // the count of repairs not logged
 
   bool is_gpu() const { return target.kind == TargetKind::kGpu; }
+  // What a check can change of what the gauges count (service/gauges.h): a check that
+  // leaves these as they were (a storm's revoke-and-repair) needs no new count.
+  struct GaugeInputs {
+    bool gpu = false, missing = false, throttled = false;
+    std::map<ProgramOwner, std::size_t> programs;
+    bool operator==(const GaugeInputs&) const = default;
+  };
+  GaugeInputs gauge_inputs() const { return {is_gpu(), !repair.missing.empty(), repair.throttled, programs}; }
   std::optional<Clock::time_point> retry_armed_at() const {
     return retry.armed() ? std::optional(retry_at) : std::nullopt;
   }

@@ -1,16 +1,16 @@
-// The daemon's use of the eBPF probe: loading it, its records handed on (rule writes and
-// device program changes to attribution.h, which names who revoked), denied opens inside
-// GPU containers, and cgroup_mkdir as a faster trigger than inotify.
+#include "service/probe_link.h"
+
 #include <sys/epoll.h>
 
 #include <type_traits>
 #include <variant>
 
 #include "log/log.h"
-#include "service/daemon.h"
+#include "service/arm_timer.h"
 
 namespace gdw {
 namespace {
+
 
 // Denied opens of one device in one container are logged at most this often.
 constexpr Clock::duration kDeniedOpenLogInterval = std::chrono::minutes(1);
@@ -34,42 +34,68 @@ constexpr Clock::duration kProgramSweep[] = {std::chrono::milliseconds(1), std::
 
 }  // namespace
 
-void Daemon::load_probe() {
+ProbeLink::ProbeLink(const Config& config, EventLoop& loop, ContainerTable& containers, Metrics& metrics,
+                     Attribution& attribution, Hooks hooks)
+    : config_(config),
+      loop_(loop),
+      containers_(containers),
+      metrics_(metrics),
+      attribution_(attribution),
+      hooks_(std::move(hooks)) {}
+
+void ProbeLink::apply_config() {
+  if (!config_.probe.enabled && probe_) {
+    unload();
+  } else if (config_.probe.enabled && !probe_) {
+    load();
+  } else if (probe_) {
+    // probe.syscall_hook or its linger may have changed; the next update decides.
+    hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
+                           probe_->rule_writes_need_syscall_hook());
+    status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
+  }
+  metrics_.set_probe_loaded(probe_ != nullptr);
+  metrics_.set_syscall_hook_attached(probe_ && probe_->syscall_hook_attached());
+}
+
+void ProbeLink::unload() {
+  source_ = EventSource();
+  counters_timer_ = EventSource();
+  probe_.reset();
+  hook_schedule_.reset();
+  hook_timer_.disarm();
+  status_ = "off (probe.enabled: false)";
+}
+
+void ProbeLink::load() {
   ProbeOptions options;
   options.ignored_writer_tgid = own_tgid_in_the_kernel();
   options.report_allow_writes = false;  // cannot revoke (attribution would drop them)
   auto probe = Probe::load(options);
   if (!probe) {
-    probe_status_ = "off: " + probe.error().message;
+    status_ = "off: " + probe.error().message;
     log::warn("eBPF probe not loaded, continuing on inotify alone: " + probe.error().message);
     return;
   }
-  auto src = loop_->add_io((*probe)->fd(), EPOLLIN, [this](std::uint32_t) { on_probe(); }, "probe", kProbePriority);
+  auto src = loop_.add_io((*probe)->fd(), EPOLLIN, [this](std::uint32_t) { drain(); }, "probe", kProbePriority);
   if (!src) {
-    probe_status_ = "off: " + src.error().message;
+    status_ = "off: " + src.error().message;
     log::warn("eBPF probe not loaded: " + src.error().message);
     return;
   }
   probe_ = std::move(*probe);
-  probe_source_ = std::move(*src);
-  repair_->set_reporting(events_.get(), /*probe_loaded=*/true);
-  probe_majors_.clear();
-  probe_paths_.clear();
+  source_ = std::move(*src);
+  majors_.clear();
+  paths_.clear();
   // The kernel-side counters (a map lookup per CPU each): read now and then, not per record.
-  auto counts = loop_->add_timer([this] {
-    collect_other_denied_opens();
-    if (probe_) metrics_.set_ring_buffer_drops(probe_->stats().ring_buffer_drops);
-    arm_or_log(other_denied_opens_timer_, kOtherDeniedOpensInterval, "other-denied-opens");
-  }, "other-denied-opens", std::chrono::duration_cast<std::chrono::microseconds>(kOtherDeniedOpensInterval),
-                               kProbePriority);
-  if (counts)
-    other_denied_opens_timer_ = std::move(*counts);
+  if (auto counts = start_counters_timer())
+    counters_timer_ = std::move(*counts);
   else
     log::warn("denied opens of non-GPU paths are not counted: " + counts.error().message);
   hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
                          probe_->rule_writes_need_syscall_hook());
   hook_error_.reset();
-  probe_status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
+  status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
   if (probe_->rule_writes_need_syscall_hook()) {
     log::info("eBPF probe loaded; this kernel has no cap_capable tracepoint (< 6.14), so rule writers are named "
               "only while the syscall hook is attached (probe.syscall_hook: " +
@@ -81,7 +107,16 @@ void Daemon::load_probe() {
   maintain_syscall_hook(false);
 }
 
-void Daemon::maintain_syscall_hook(bool drift) {
+Result<EventSource> ProbeLink::start_counters_timer() {
+  return loop_.add_timer([this] {
+    collect_other_denied_opens();
+    if (probe_) metrics_.set_ring_buffer_drops(probe_->stats().ring_buffer_drops);
+    arm_timer(counters_timer_, kOtherDeniedOpensInterval, "other-denied-opens", metrics_);
+  }, "other-denied-opens", std::chrono::duration_cast<std::chrono::microseconds>(kOtherDeniedOpensInterval),
+                         kProbePriority);
+}
+
+void ProbeLink::maintain_syscall_hook(bool drift) {
   if (!probe_ || !hook_schedule_) return;
   const auto now = Clock::now();
   const auto decision = hook_schedule_->update(drift, now);
@@ -95,12 +130,13 @@ void Daemon::maintain_syscall_hook(bool drift) {
     }
   }
   metrics_.set_syscall_hook_attached(probe_->syscall_hook_attached());
+  hook_attached_since_collect_ |= probe_->syscall_hook_attached();
   if (!decision.recheck_at) {
     hook_timer_.disarm();
     return;
   }
   if (!hook_timer_) {
-    auto t = loop_->add_timer([this] { update_gauges(); }, "syscall-hook");
+    auto t = loop_.add_timer([this] { hooks_.update_gauges(); }, "syscall-hook");
     if (!t) {
       log::error("cannot create the syscall-hook timer: " + t.error().message);
       return;
@@ -108,31 +144,36 @@ void Daemon::maintain_syscall_hook(bool drift) {
     hook_timer_ = std::move(*t);
   }
   const auto delay = *decision.recheck_at > now ? *decision.recheck_at - now : Clock::duration::zero();
-  arm_or_log(hook_timer_, delay + std::chrono::microseconds(1), "syscall-hook");
+  arm_timer(hook_timer_, delay + std::chrono::microseconds(1), "syscall-hook", metrics_);
 }
 
-void Daemon::watch_in_probe(Watched& w) {
+void ProbeLink::watch(const WatchedContainer& w) {
   if (!probe_) return;
   if (w.cgroup_id) {
     if (auto s = probe_->watch_cgroup(w.cgroup_id); !s) log::warn("probe: " + s.error().message);
   }
   for (const auto& d : w.target.desired.wanted) {
-    if (probe_majors_.insert(d.dev.major).second) (void)probe_->watch_major(d.dev.major);
+    if (majors_.insert(d.dev.major).second) (void)probe_->watch_major(d.dev.major);
     // The node's path inside containers (/dev/<name>) and on this host (dev_root).
     for (const std::string& path : {"/dev/" + d.name, config_.devices.dev_root + "/" + d.name}) {
-      if (probe_paths_.insert(path).second) (void)probe_->watch_device_node(path, d.dev.major, d.dev.minor);
+      if (paths_.insert(path).second) (void)probe_->watch_device_node(path, d.dev.major, d.dev.minor);
     }
   }
 }
 
-void Daemon::on_probe() {
+void ProbeLink::unwatch(const WatchedContainer& w) {
+  if (probe_ && w.cgroup_id) (void)probe_->unwatch_cgroup(w.cgroup_id);
+}
+
+void ProbeLink::drain() {
+  if (!probe_) return;
   // At most kProbeRecordsPerTurn: the rest keeps the fd readable for a later turn.
   auto n = probe_->consume([this](const ProbeEvent& ev) {
     std::visit(
         [this](const auto& e) {
           using T = std::decay_t<decltype(e)>;
           if constexpr (std::is_same_v<T, RuleWriteEvent>) {
-            if (Watched* w = attribution_.rule_write(e)) repair_->revocation_named(*w);
+            if (WatchedContainer* w = attribution_.rule_write(e)) hooks_.revocation_named(*w);
           } else if constexpr (std::is_same_v<T, RuleWriteResultEvent>) {
             attribution_.rule_write_result(e);
           } else if constexpr (std::is_same_v<T, DeviceProgramLoadEvent>) {
@@ -140,7 +181,8 @@ void Daemon::on_probe() {
           } else if constexpr (std::is_same_v<T, DeniedOpenEvent>) {
             on_denied_open(e);
           } else if constexpr (std::is_same_v<T, CgroupLifecycleEvent>) {
-            on_cgroup_lifecycle(e);
+            // A faster trigger than inotify for new containers (which stays the fallback).
+            if (e.created) hooks_.cgroup_created(e.hierarchy_id, e.path);
           } else if constexpr (std::is_same_v<T, DeviceProgramEvent>) {
             on_device_program(e);
           }
@@ -153,12 +195,12 @@ void Daemon::on_probe() {
   }
 }
 
-void Daemon::on_device_program_load(const DeviceProgramLoadEvent& ev) {
+void ProbeLink::on_device_program_load(const DeviceProgramLoadEvent& ev) {
   // With the syscall hook attached the attach itself is reported (on_device_program).
-  if (!access_ || !access_->policy_in_programs() || probe_->syscall_hook_attached()) return;
+  if (!hooks_.policy_in_programs() || probe_->syscall_hook_attached()) return;
   if (!attribution_.program_load(ev)) return;
   if (!program_sweep_timer_) {
-    auto t = loop_->add_timer([this] { sweep_device_programs(); }, "program-sweep");
+    auto t = loop_.add_timer([this] { sweep_device_programs(); }, "program-sweep");
     if (!t) {
       log::error("cannot create the program-sweep timer: " + t.error().message);
       return;
@@ -166,22 +208,31 @@ void Daemon::on_device_program_load(const DeviceProgramLoadEvent& ev) {
     program_sweep_timer_ = std::move(*t);
   }
   program_sweep_step_ = 0;
-  arm_or_log(program_sweep_timer_, kProgramSweep[0], "program-sweep");
+  arm_timer(program_sweep_timer_, kProgramSweep[0], "program-sweep", metrics_);
 }
 
-void Daemon::sweep_device_programs() {
-  if (!access_ || !access_->policy_in_programs()) return;
+void ProbeLink::sweep_device_programs() {
+  if (!hooks_.policy_in_programs()) return;
   const Revocation* cause = attribution_.program_loader(Clock::now());
-  for (const auto& dir : containers_.dirs([](const Watched& w) { return w.is_gpu(); }))
-    if (Watched* w = containers_.find(dir)) check_and_repair(*w, Clock::now(), cause);
-  update_gauges();
+  for (const auto& dir : containers_.dirs([](const WatchedContainer& w) { return w.is_gpu(); }))
+    if (WatchedContainer* w = containers_.find(dir)) hooks_.check(*w, cause);
+  hooks_.update_gauges();
   if (++program_sweep_step_ < std::size(kProgramSweep))
-    arm_or_log(program_sweep_timer_, kProgramSweep[program_sweep_step_] - kProgramSweep[program_sweep_step_ - 1],
-               "program-sweep");
+    arm_timer(program_sweep_timer_, kProgramSweep[program_sweep_step_] - kProgramSweep[program_sweep_step_ - 1],
+              "program-sweep", metrics_);
 }
 
-void Daemon::on_denied_open(const DeniedOpenEvent& ev) {
-  Watched* w = containers_.by_cgroup_id(ev.opener.devices_cgroup_id);
+void ProbeLink::on_device_program(const DeviceProgramEvent& ev) {
+  if (!hooks_.policy_in_programs()) return;
+  auto change = attribution_.program_change(ev);
+  if (!change) return;
+  // Named only if the change leaves wanted devices denied.
+  hooks_.check(*change->first, &change->second);
+  hooks_.gauges_changed();
+}
+
+void ProbeLink::on_denied_open(const DeniedOpenEvent& ev) {
+  WatchedContainer* w = containers_.by_cgroup_id(ev.opener.devices_cgroup_id);
   if (!w) w = containers_.by_cgroup_id(ev.opener.cgroup_id);
   if (!w || w->target.kind != TargetKind::kGpu) return;
   std::string device = "other";
@@ -199,8 +250,11 @@ void Daemon::on_denied_open(const DeniedOpenEvent& ev) {
             f);
 }
 
-void Daemon::collect_other_denied_opens() {
-  if (!probe_) return;
+void ProbeLink::collect_other_denied_opens() {
+  // Only the syscall hook counts opens: with it detached since the last collection there
+  // is nothing new, and a map lookup per GPU container on the loop every second is saved.
+  if (!probe_ || !(hook_attached_since_collect_ || probe_->syscall_hook_attached())) return;
+  hook_attached_since_collect_ = false;
   for (auto& [dir, w] : containers_) {
     if (w.target.kind != TargetKind::kGpu || !w.cgroup_id) continue;
     auto total = probe_->other_denied_opens(w.cgroup_id);
@@ -211,21 +265,4 @@ void Daemon::collect_other_denied_opens() {
     w.other_denied_opens_seen = *total;
   }
 }
-
-void Daemon::on_device_program(const DeviceProgramEvent& ev) {
-  if (!access_ || !access_->policy_in_programs()) return;
-  auto change = attribution_.program_change(ev);
-  if (!change) return;
-  // Named only if the change leaves wanted devices denied.
-  check_and_repair(*change->first, Clock::now(), &change->second);
-  gauges_changed();
-}
-
-void Daemon::on_cgroup_lifecycle(const CgroupLifecycleEvent& ev) {
-  // A faster trigger than inotify for new containers; inotify stays the fallback and
-  // dir_created() is idempotent.
-  if (!ev.created || !located_ || tree_hierarchy_id_ != ev.hierarchy_id) return;
-  dir_created(node_->kubepods().hierarchy_root + ev.path);
-}
-
 }  // namespace gdw
