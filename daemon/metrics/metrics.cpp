@@ -298,20 +298,26 @@ Status Metrics::start_http(const MetricsAccess& access) {
 
 std::string Metrics::render() const { return prometheus::TextSerializer().Serialize(registry_->Collect()); }
 
+std::size_t Metrics::LabelsHash::operator()(const ContainerLabels& c) const {
+  const std::hash<std::string> h;
+  return h(c.pod_namespace) ^ (h(c.pod) * 31) ^ (h(c.container) * 131);
+}
+
 prometheus::Counter& Metrics::container_counter(prometheus::Family<prometheus::Counter>& family,
-                                                const ContainerLabels& c, std::map<std::string, std::string> extra) {
+                                                const ContainerLabels& c, std::string_view extra_name,
+                                                std::string_view extra_value) {
   auto& series = by_container_[c];
   for (const auto& s : series)
-    if (s.family == &family && s.extra == extra) return *s.counter;
+    if (s.family == &family && s.extra_name == extra_name && s.extra_value == extra_value) return *s.counter;
   auto labels = labels_of(c);
-  labels.insert(extra.begin(), extra.end());
+  if (!extra_name.empty()) labels.emplace(extra_name, extra_value);
   prometheus::Counter& counter = family.Add(labels);
-  series.push_back(Series{&family, &counter, std::move(extra)});
+  series.push_back(Series{&family, &counter, std::string(extra_name), std::string(extra_value)});
   return counter;
 }
 
 void Metrics::drift(const ContainerLabels& c, const std::string& device) {
-  container_counter(counters(Id::kDrift), c, {{"device", device}}).Increment();
+  container_counter(counters(Id::kDrift), c, "device", device).Increment();
 }
 
 void Metrics::regrant(bool success, const std::string& method, std::size_t count) {
@@ -423,9 +429,14 @@ void Metrics::update_checkpoint_lag() {
 
 void Metrics::set_probe_loaded(bool loaded) { gauge(Id::kProbeLoaded).Set(loaded ? 1 : 0); }
 void Metrics::set_syscall_hook_attached(bool attached) { gauge(Id::kSyscallHookAttached).Set(attached ? 1 : 0); }
-void Metrics::revocation(const std::string& writer) { counters(Id::kRevocations).Add({{"writer", writer}}).Increment(); }
+void Metrics::revocation(const std::string& writer) {
+  auto it = revocation_series_.find(writer);
+  if (it == revocation_series_.end())
+    it = revocation_series_.emplace(writer, &counters(Id::kRevocations).Add({{"writer", writer}})).first;
+  it->second->Increment();
+}
 void Metrics::denied_open(const ContainerLabels& c, const std::string& device, std::uint64_t count) {
-  container_counter(counters(Id::kDeniedOpens), c, {{"device", device}}).Increment(static_cast<double>(count));
+  container_counter(counters(Id::kDeniedOpens), c, "device", device).Increment(static_cast<double>(count));
 }
 void Metrics::event_sent() { counter(Id::kEventsSent).Increment(); }
 

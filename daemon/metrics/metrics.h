@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "core/result.h"
@@ -137,8 +138,10 @@ class Metrics {
   void event_dropped(const std::string& reason);
 
  private:
+  // The series of `family` for container `c`, with one more label `extra_name` =
+  // `extra_value` when a name is given.
   prometheus::Counter& container_counter(prometheus::Family<prometheus::Counter>& family, const ContainerLabels& c,
-                                         std::map<std::string, std::string> extra = {});
+                                         std::string_view extra_name = {}, std::string_view extra_value = {});
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<HttpServer> http_;
@@ -170,17 +173,22 @@ class Metrics {
   double newest_container_start_seconds_ = 0;
   void update_checkpoint_lag();
   std::uint64_t ring_buffer_drops_seen_ = 0;
-  // regrants_total's series by (result, method): found without hashing labels per repair.
+  // regrants_total's series by (result, method) and revocations_total's by writer (both
+  // bounded sets): found without building and hashing label maps per repair.
   std::map<std::pair<bool, std::string>, prometheus::Counter*> regrant_series_;
+  std::map<std::string, prometheus::Counter*, std::less<>> revocation_series_;
 
   // Which per-container series exist, to remove them with the container, and to find a
   // series again without hashing its labels (a storm counts drift per device each repair).
   struct Series {
     prometheus::Family<prometheus::Counter>* family;
     prometheus::Counter* counter;
-    std::map<std::string, std::string> extra;  // the labels beyond the container's
+    std::string extra_name, extra_value;  // the label beyond the container's, if any
   };
-  std::map<ContainerLabels, std::vector<Series>> by_container_;
+  struct LabelsHash {
+    std::size_t operator()(const ContainerLabels& c) const;
+  };
+  std::unordered_map<ContainerLabels, std::vector<Series>, LabelsHash> by_container_;
   std::map<ContainerLabels, std::size_t> exposed_;  // GPU containers' exposed device counts
   std::set<ContainerLabels> env_visible_;
   void update_exposure_totals();

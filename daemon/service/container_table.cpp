@@ -14,26 +14,26 @@ WatchedContainer* ContainerTable::find(const std::string& dir) {
 }
 
 WatchedContainer* ContainerTable::by_cgroup_id(std::uint64_t id) {
-  auto dir = dir_by_cgroup_id_.find(id);
-  return dir == dir_by_cgroup_id_.end() ? nullptr : find(dir->second);
+  auto it = by_cgroup_id_.find(id);
+  return it == by_cgroup_id_.end() ? nullptr : it->second;
 }
 
 void ContainerTable::set_cgroup_id(WatchedContainer& w, std::uint64_t id) {
-  if (w.cgroup_id) dir_by_cgroup_id_.erase(w.cgroup_id);
+  if (w.cgroup_id) by_cgroup_id_.erase(w.cgroup_id);
   w.cgroup_id = id;
-  if (id) dir_by_cgroup_id_[id] = w.cgroup.cgroup_dir;
+  if (id) by_cgroup_id_[id] = &w;
 }
 
 void ContainerTable::erase(const std::string& dir) {
   auto it = by_dir_.find(dir);
   if (it == by_dir_.end()) return;
-  if (it->second.cgroup_id) dir_by_cgroup_id_.erase(it->second.cgroup_id);
+  if (it->second.cgroup_id) by_cgroup_id_.erase(it->second.cgroup_id);
   by_dir_.erase(it);
 }
 
 void ContainerTable::clear() {
   by_dir_.clear();
-  dir_by_cgroup_id_.clear();
+  by_cgroup_id_.clear();
 }
 
 std::vector<std::string> ContainerTable::dirs(const std::function<bool(const WatchedContainer&)>& which) const {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -15,7 +15,10 @@ namespace gdw {
 
 class ContainerTable {
  public:
-  using Map = std::map<std::string, WatchedContainer>;
+  // Hashed: the event path looks a container up by directory (inotify) or cgroup id (the
+  // probe) on every event, and a tree map compared long, mostly shared path prefixes at
+  // each of its levels. Elements never move (node-based), so the id index holds pointers.
+  using Map = std::unordered_map<std::string, WatchedContainer>;
 
   // The container at `cg.cgroup_dir`, created when new (`inserted`).
   std::pair<WatchedContainer&, bool> upsert(const DiscoveredContainer& cg, const Config& config);
@@ -25,8 +28,8 @@ class ContainerTable {
   void erase(const std::string& dir);
   void clear();
 
-  // The directories of the containers `which` selects: a stable list to act on while
-  // actions may remove containers.
+  // The directories of the containers `which` selects (in no particular order): a stable
+  // list to act on while actions may remove containers.
   std::vector<std::string> dirs(const std::function<bool(const WatchedContainer&)>& which) const;
 
   Map::iterator begin() { return by_dir_.begin(); }
@@ -38,7 +41,7 @@ class ContainerTable {
 
  private:
   Map by_dir_;
-  std::map<std::uint64_t, std::string> dir_by_cgroup_id_;
+  std::unordered_map<std::uint64_t, WatchedContainer*> by_cgroup_id_;
 };
 
 }  // namespace gdw
