@@ -12,8 +12,8 @@
 #pragma once
 
 #include <cstddef>
-#include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/device_rule.h"
@@ -55,7 +55,7 @@ class DevicesV1Files {
   void drop(const std::string& cgroup_dir, bool list);
 
   std::size_t max_cgroups_;
-  std::map<std::string, Files> files_;
+  std::unordered_map<std::string, Files> files_;  // hashed: looked up at every observation
 };
 
 }  // namespace gdw

@@ -17,6 +17,7 @@
 #include "nvidia/nvml.h"
 #include "runtime/bundles.h"
 #include "runtime/discovery.h"
+#include "runtime/kubepods_scan.h"
 
 namespace gdw {
 
@@ -73,7 +74,10 @@ class NodeModel {
 
   BundleIndex& bundles() { return bundles_; }
 
-  KubepodsTree scan() const { return scan_kubepods(kubepods_); }
+  // The kubepods tree now (its directories kept open between scans: kubepods_scan.h).
+  KubepodsTree scan() { return scanner_.scan(kubepods_); }
+  // A directory of the tree was removed: the scan's descriptor of it goes now.
+  void tree_dir_removed(const std::string& dir) { scanner_.forget(dir); }
 
   // Moves whenever an input of resolve() changed (checkpoint, PodResources, inventory,
   // bundles): a container resolved at the current generation need not be resolved again.
@@ -112,6 +116,7 @@ class NodeModel {
   Inventory inventory_;
   std::optional<NvmlAnswer> nvml_;
   BundleIndex bundles_;
+  KubepodsScanner scanner_{kept_scan_dirs_budget()};
 };
 
 // Reads a whole (small) file; errors name the path and errno text.

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -17,9 +18,17 @@ constexpr off_t kMaxConfigSize = 8 << 20;
 constexpr std::pair<const char*, RuntimeKind> kLayouts[] = {{"/config.json", RuntimeKind::kContainerd},
                                                             {"/userdata/config.json", RuntimeKind::kCrio}};
 
+// A directory's mtime tells a later change only when that change cannot fall in the same
+// timestamp tick (filesystems stamp with a coarse clock, a jiffy or so): a directory
+// modified this recently before its listing began is listed again next time.
+constexpr long kStampSettledNs = 100'000'000;
+
+long to_ns(const struct timespec& t) { return t.tv_sec * 1'000'000'000L + t.tv_nsec; }
+
 }  // namespace
 
-BundleIndex::BundleIndex(std::vector<std::string> state_dirs) : state_dirs_(std::move(state_dirs)) {}
+BundleIndex::BundleIndex(std::vector<std::string> state_dirs)
+    : state_dirs_(std::move(state_dirs)), listings_(state_dirs_.size()) {}
 
 bool BundleIndex::load(std::size_t dir_index, int dir_fd, std::string_view id) {
   const std::string& dir = state_dirs_[dir_index];
@@ -30,7 +39,7 @@ bool BundleIndex::load(std::size_t dir_index, int dir_fd, std::string_view id) {
     rel.append(id).append(kLayouts[layout].first);
     struct stat st{};
     if (::fstatat(dir_fd, rel.c_str(), &st, 0) != 0 || !S_ISREG(st.st_mode)) continue;
-    Stamp stamp{st.st_ino, st.st_size, st.st_mtim.tv_sec * 1'000'000'000L + st.st_mtim.tv_nsec};
+    Stamp stamp{st.st_ino, st.st_size, to_ns(st.st_mtim), to_ns(st.st_ctim)};
     const std::size_t source = dir_index * std::size(kLayouts) + layout;
     if (auto it = bundles_.find(id); it != bundles_.end() && it->second.stamp == stamp && it->second.source == source) {
       it->second.seen = refreshes_;
@@ -63,19 +72,57 @@ bool BundleIndex::load(std::size_t dir_index, int dir_fd, std::string_view id) {
   return false;
 }
 
-void BundleIndex::refresh() {
-  ++refreshes_;  // what this pass does not see again is gone
+void BundleIndex::refresh(BundleRefreshDepth depth) {
+  ++refreshes_;  // what a listing does not see again is gone
+  std::vector<bool> listed(state_dirs_.size());
+  last_listed_dirs_ = 0;
   for (std::size_t i = 0; i < state_dirs_.size(); ++i) {
-    DirFd dir(open_dir(state_dirs_[i].c_str()));
-    for_each_dir_entry(dir.get(), [&](std::string_view id, unsigned char type) {
-      if (type == DT_DIR || type == DT_UNKNOWN) load(i, dir.get(), id);
-    });
+    // The periodic resync need not compare 500 config.json stamps (two path lookups each,
+    // an eighth of its time) to learn nothing: a runtime writes a bundle's config.json
+    // once, before the container's cgroup exists, and never rewrites it while the
+    // container runs. A new or removed bundle changes its state directory's listing, so
+    // its mtime; a config.json that was missing or bad is looked at again every time.
+    // What only a rewrite in place would change is read again at startup, SIGHUP and
+    // after an inotify overflow (kEveryStamp).
+    Listing& listing = listings_[i];
+    struct stat st{};
+    const bool unchanged = depth == BundleRefreshDepth::kChangedListings && listing.stamp &&
+                           ::stat(state_dirs_[i].c_str(), &st) == 0 &&
+                           *listing.stamp == Stamp{st.st_ino, st.st_size, to_ns(st.st_mtim), to_ns(st.st_ctim)};
+    if (!unchanged) {
+      relist(i);
+      listed[i] = true;
+      ++last_listed_dirs_;
+      continue;
+    }
+    std::erase_if(listing.unloaded, [&](const std::string& id) { return load(i, AT_FDCWD, id); });
   }
-  generation_ += std::erase_if(bundles_, [&](const auto& kv) { return kv.second.seen != refreshes_; });
+  // Only a listed directory says what is gone (find_or_load may have indexed a bundle of
+  // an unlisted one since).
+  generation_ += std::erase_if(bundles_, [&](const auto& kv) {
+    return kv.second.seen != refreshes_ && listed[kv.second.source / std::size(kLayouts)];
+  });
   std::erase_if(problems_, [&](const auto& kv) {
     struct stat st{};
     return ::stat(kv.first.c_str(), &st) != 0;
   });
+}
+
+void BundleIndex::relist(std::size_t i) {
+  Listing& listing = listings_[i];
+  listing.unloaded.clear();
+  listing.stamp.reset();
+  struct timespec began{};
+  ::clock_gettime(CLOCK_REALTIME, &began);
+  DirFd dir(open_dir(state_dirs_[i].c_str()));
+  struct stat st{};
+  // Stamped before it is read: a change during the listing moves the mtime past this one.
+  const bool stamped = dir.get() >= 0 && ::fstat(dir.get(), &st) == 0;
+  for_each_dir_entry(dir.get(), [&](std::string_view id, unsigned char type) {
+    if ((type == DT_DIR || type == DT_UNKNOWN) && !load(i, dir.get(), id)) listing.unloaded.emplace_back(id);
+  });
+  if (stamped && to_ns(began) - to_ns(st.st_mtim) >= kStampSettledNs && to_ns(began) - to_ns(st.st_ctim) >= kStampSettledNs)
+    listing.stamp = Stamp{st.st_ino, st.st_size, to_ns(st.st_mtim), to_ns(st.st_ctim)};
 }
 
 std::vector<const Bundle*> BundleIndex::all() const {

@@ -2,7 +2,7 @@
 
 #include <sys/stat.h>
 
-#include "runtime/dir_entries.h"
+#include "runtime/kubepods_scan.h"
 
 namespace gdw {
 namespace {
@@ -74,37 +74,6 @@ std::optional<CgroupDirKind> classify_cgroup_dir(const KubepodsLocation& where, 
   return CgroupDirKind{CgroupDirKind::kContainer, DiscoveredContainer{abs_dir, pod_dir, qos, *pod, *leaf}};
 }
 
-KubepodsTree scan_kubepods(const KubepodsLocation& where) {
-  // Every resync walks the whole tree (it is what catches a missed event): dir_entries.h.
-  KubepodsTree tree;
-  const std::string root = where.dir();
-  DirFd root_fd(open_dir(root.c_str()));
-  auto scan_pod = [&](int parent_fd, std::string_view name, std::string pod_dir, QosClass qos, const PodDirName& pod) {
-    // Not added to parent_dirs while it is read: this reference stays valid.
-    const std::string& pod_path = tree.parent_dirs.emplace_back(std::move(pod_dir));
-    DirFd pod_fd(open_subdir(parent_fd, name));
-    for_each_subdir(pod_fd.get(), [&](std::string_view leaf_name) {
-      if (auto leaf = parse_container_leaf(leaf_name)) {
-        std::string dir = pod_path;
-        dir.append("/").append(leaf_name);
-        tree.containers.push_back(DiscoveredContainer{std::move(dir), pod_path, qos, pod, std::move(*leaf)});
-      }
-    });
-  };
-  for_each_subdir(root_fd.get(), [&](std::string_view name) {
-    std::string dir = root;
-    dir.append("/").append(name);
-    if (auto qos = parse_qos_dir(name)) {
-      tree.parent_dirs.push_back(dir);
-      DirFd qos_fd(open_subdir(root_fd.get(), name));
-      for_each_subdir(qos_fd.get(), [&](std::string_view pod_name) {
-        if (auto pod = parse_pod_dir(pod_name)) scan_pod(qos_fd.get(), pod_name, dir + "/" + std::string(pod_name), *qos, *pod);
-      });
-    } else if (auto pod = parse_pod_dir(name)) {
-      scan_pod(root_fd.get(), name, std::move(dir), QosClass::kGuaranteed, *pod);
-    }
-  });
-  return tree;
-}
+KubepodsTree scan_kubepods(const KubepodsLocation& where) { return KubepodsScanner(0).scan(where); }
 
 }  // namespace gdw

@@ -51,6 +51,7 @@ struct KubepodsTree {
   std::vector<std::string> parent_dirs;  // QoS and pod directories (absolute), to watch
   std::vector<DiscoveredContainer> containers;
 };
+// One walk, nothing kept open (a long-lived reader uses KubepodsScanner, kubepods_scan.h).
 KubepodsTree scan_kubepods(const KubepodsLocation& where);
 
 }  // namespace gdw

@@ -3,6 +3,9 @@
 #include <sys/inotify.h>
 #include <sys/stat.h>
 
+#include <string_view>
+#include <unordered_set>
+
 #include "cdi/cdi_spec.h"
 #include "log/log.h"
 #include "service/daemon.h"
@@ -15,6 +18,17 @@ constexpr std::uint32_t kDevicesFileMask = IN_MODIFY;
 // After a container cgroup appears, its bundle should already exist; if not (a runtime
 // that writes config.json late), look again shortly (daemon_containers.cpp retries more).
 constexpr Clock::duration kFirstIdentifyRetry = std::chrono::milliseconds(10);
+
+// The resyncs that compare every bundle's config.json again (BundleIndex::refresh explains
+// why the periodic one need not): what an operator asks for with SIGHUP, what follows lost
+// events, and the first.
+constexpr std::string_view kEveryBundleStampReasons[] = {"startup", "reload", "overflow"};
+
+BundleRefreshDepth bundle_refresh_depth(std::string_view reason) {
+  for (auto r : kEveryBundleStampReasons)
+    if (r == reason) return BundleRefreshDepth::kEveryStamp;
+  return BundleRefreshDepth::kChangedListings;
+}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
@@ -53,7 +67,7 @@ void Daemon::full_resync(const std::string& reason) {
   ensure_input_watches();
   node_->load_inventory();
   reload_checkpoint();
-  node_->bundles().refresh();
+  node_->bundles().refresh(bundle_refresh_depth(reason));
   node_->rebuild_allocations();  // PodResources entries map to pods through the bundles
   health_->checkpoint_or_inventory_changed();
   maybe_query_nvml();
@@ -61,7 +75,10 @@ void Daemon::full_resync(const std::string& reason) {
   watch_tree_dir(node_->kubepods().dir());
   KubepodsTree tree = node_->scan();
   for (const auto& dir : tree.parent_dirs) watch_tree_dir(dir);
-  std::set<std::string> present;
+  // Hashed views of the tree's own strings: 500 long paths with long common prefixes are
+  // costly to copy and to order.
+  std::unordered_set<std::string_view> present;
+  present.reserve(tree.containers.size());
   for (const auto& cg : tree.containers) {
     present.insert(cg.cgroup_dir);
     upsert_container(cg, /*check_new=*/false);  // all checked below
@@ -102,11 +119,12 @@ void Daemon::on_inotify() {
     log::error(events.error().message);
     return;
   }
-  // The probe has the loop's lowest priority (daemon_probe.cpp). A revoking write's record
+  // The probe has the loop's lowest priority (probe_link.cpp). A revoking write's record
   // is taken at its permission check, so it is already waiting: read what waits first (at
   // most one budget of records, rule writes before denied opens) so the repair names the writer.
-  if (probe_) on_probe();
+  probe_->drain();
   std::set<std::string> dirty;
+  bool only_rule_writes = true;  // else the batch may add, drop or re-resolve containers
   for (const auto& ev : *events) {
     if (ev.mask & IN_Q_OVERFLOW) {
       metrics_.inotify_overflow();
@@ -121,10 +139,11 @@ void Daemon::on_inotify() {
       continue;
     }
     const WatchTarget target = *found;  // handling it may drop the watch
+    only_rule_writes &= target.kind == WatchTarget::kContainerFile || target.kind == WatchTarget::kParentDenyFile;
     on_watch_event(target, ev, trigger, dirty);
   }
-  check_dirs(trigger, {dirty.begin(), dirty.end()});
-  gauges_changed();
+  // A storm's revoke-and-repair leaves every count as it was: no O(N) gauge walk for it.
+  if (check_dirs(trigger, {dirty.begin(), dirty.end()}) || !only_rule_writes) gauges_changed();
 }
 
 void Daemon::on_watch_event(const WatchTarget& target, const Inotify::Event& ev, Clock::time_point trigger,
@@ -176,6 +195,7 @@ void Daemon::on_tree_event(const std::string& dir, const Inotify::Event& ev) {
   if (ev.mask & (IN_CREATE | IN_MOVED_TO)) {
     dir_created(path);
   } else if (ev.mask & (IN_DELETE | IN_MOVED_FROM)) {
+    node_->tree_dir_removed(path);
     for (const auto& d : containers_.dirs([&](const Watched& w) {
            const std::string& c = w.cgroup.cgroup_dir;
            return c == path || c.rfind(path + "/", 0) == 0;

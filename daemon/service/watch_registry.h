@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "metrics/metrics.h"
 #include "watch/inotify.h"
@@ -34,7 +35,9 @@ class WatchRegistry {
   Inotify& inotify_;
   Metrics& metrics_;
   std::map<int, WatchTarget> watches_;
-  std::map<std::string, int> wd_by_path_;  // the watched file or directory → its watch
+  // The watched file or directory → its watch. Hashed: every resync looks up each pod
+  // directory (long paths that share long prefixes, costly to order).
+  std::unordered_map<std::string, int> wd_by_path_;
 };
 
 }  // namespace gdw

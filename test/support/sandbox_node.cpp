@@ -191,8 +191,15 @@ void SandboxNode::remove_container(const SandboxContainer& c) {
   cgroups_.remove(c.cgroup_rel);
   remove_tree(files_.path() + "/run/containerd/io.containerd.runtime.v2.task/k8s.io/" + c.id);
   remove_tree(crio_state_dir() + "/" + c.id);
-  std::string id = c.id;
+  const std::string id = c.id, pod_rel = c.cgroup_rel.substr(0, c.cgroup_rel.rfind('/'));
   std::erase_if(containers_, [&](const SandboxContainer& x) { return x.id == id; });
+  // kubelet removes a pod's cgroup with its last container (cgroupfs driver: "pod<uid>";
+  // a systemd slice is systemd's to remove).
+  const bool cgroupfs_pod = pod_rel.compare(pod_rel.rfind('/') + 1, 3, "pod") == 0;
+  const bool pod_empty = cgroupfs_pod && std::none_of(containers_.begin(), containers_.end(), [&](const SandboxContainer& x) {
+    return x.cgroup_rel.rfind(pod_rel + "/", 0) == 0;
+  });
+  if (pod_empty) cgroups_.remove(pod_rel);
 }
 
 void SandboxNode::reapply_spec(const std::string& cgroup_rel) {
