@@ -5,7 +5,8 @@
 // GPU rule) to the grant visible in devices.list, over many revocations; the daemon's RSS
 // and CPU time idle and under that load; the duration of a full resync: periodic
 // ("resync"), after SIGHUP with the configuration unchanged ("reload") and the first, cold
-// one ("startup": every bundle parsed, every watch added).
+// one ("startup": every bundle parsed, every watch added). The daemon runs with its default
+// configuration (probe on, info logs, the default fight-loop guard).
 //
 //   build/bench/repair_latency (as root) [--containers 10,100,500] [--revocations 1000]
 #include <signal.h>
@@ -185,92 +186,113 @@ std::vector<int> parse_list(const std::string& s) {
   return v;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   std::vector<int> sizes = {10, 100, 500};
   int revocations = 1000;
   int poll_samples = 100;
-  int profile_seconds = 0;  // > 0: resync every second for this long, pid printed (perf record -p)
+  int profile_seconds = 0;  // > 0: resync every 20 ms for this long, pid printed (perf record -p)
+};
+
+Options parse_options(int argc, char** argv) {
+  Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--containers") sizes = parse_list(argv[i + 1]);
-    if (a == "--revocations") revocations = std::stoi(argv[i + 1]);
-    if (a == "--poll-samples") poll_samples = std::stoi(argv[i + 1]);
-    if (a == "--profile-resync") profile_seconds = std::stoi(argv[i + 1]);
+    if (a == "--containers") o.sizes = parse_list(argv[i + 1]);
+    if (a == "--revocations") o.revocations = std::stoi(argv[i + 1]);
+    if (a == "--poll-samples") o.poll_samples = std::stoi(argv[i + 1]);
+    if (a == "--profile-resync") o.profile_seconds = std::stoi(argv[i + 1]);
   }
+  return o;
+}
+
+// Full resyncs, as the daemon's own histogram times them: the first (cold, at startup),
+// after a SIGHUP with the configuration unchanged, and periodic ones (SIGUSR1 runs the
+// same code: bundles and allocations cached, every container's devices.list read).
+struct ResyncTimes {
+  double periodic_ms = 0, reload_ms = 0, startup_ms = 0;
+};
+
+ResyncTimes measure_resyncs(DaemonHarness& daemon, int profile_seconds) {
+  const auto sum = [&] { return daemon.metric("gpu_devwatch_resync_duration_seconds_sum") * 1000; };
+  const auto count = [&] { return daemon.metric("gpu_devwatch_resync_duration_seconds_count"); };
+  ResyncTimes t;
+  t.startup_ms = sum();
+  daemon.process().signal(SIGHUP);
+  eventually([&] { return count() >= 2; }, std::chrono::seconds(10));
+  t.reload_ms = sum() - t.startup_ms;
+  const double before_sum = sum(), before_count = count();
+  for (int i = 0; i < 5; ++i) {
+    daemon.process().signal(SIGUSR1);
+    eventually([&] { return count() >= before_count + i + 1; }, std::chrono::seconds(5));
+  }
+  if (profile_seconds > 0) {
+    std::printf("profiling: daemon pid %d resyncs every 20 ms for %d s\n", daemon.process().pid(), profile_seconds);
+    std::fflush(stdout);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(profile_seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      daemon.process().signal(SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  t.periodic_ms = (sum() - before_sum) / (count() - before_count);
+  return t;
+}
+
+// The daemon with its default configuration on `n` GPU containers: one row. false: it
+// did not start.
+bool bench_daemon(SandboxNode& node, int n, const Options& o) {
+  DaemonHarness daemon(node);
+  if (!daemon.start_with_defaults()) {
+    std::fprintf(stderr, "daemon did not start:\n%s\n", daemon.output().c_str());
+    return false;
+  }
+  const pid_t pid = daemon.process().pid();
+  const ResyncTimes resync = measure_resyncs(daemon, o.profile_seconds);
+
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto idle0 = cpu_of(pid);
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  auto idle1 = cpu_of(pid);
+  const double rss_idle = rss_mib(pid);
+
+  auto load0 = cpu_of(pid);
+  auto seq = measure_sequential(node, o.revocations);
+  auto load1 = cpu_of(pid);
+  const double rss_load = rss_mib(pid);
+  auto d = percentiles(seq);
+  std::printf("%-10d %-22s %8.0f %8.0f %8.0f %10.1f %10.1f %10.1f %7.1fMB %7.1fMB %8.2f%% %8.1f%%\n", n, "gpu-devwatch",
+              d.p50, d.p99, d.max, resync.periodic_ms, resync.reload_ms, resync.startup_ms, rss_idle, rss_load,
+              cpu_percent(idle0, idle1), cpu_percent(load0, load1));
+  std::fflush(stdout);
+  daemon.stop();
+  if (o.poll_samples <= 0) return true;  // --poll-samples 0: the daemon's figures only
+  // The 1-second polling loop, same node, same revocations (fewer: each waits ~0.5 s).
+  pid_t poller = start_polling_loop(node);
+  auto polled = measure_spread(node, o.poll_samples, std::chrono::milliseconds(o.poll_samples * 50));
+  ::kill(poller, SIGKILL);
+  ::waitpid(poller, nullptr, 0);
+  auto p = percentiles(polled);
+  std::printf("%-10d %-22s %8.0f %8.0f %8.0f %10s %10s %10s %9s %9s %9s %9s\n", n, "1 s polling loop", p.p50, p.p99,
+              p.max, "-", "-", "-", "-", "-", "-", "-");
+  std::printf("%-10d %-22s %7.0fx %7.0fx\n", n, "polling / gpu-devwatch", p.p50 / d.p50, p.p99 / d.p99);
+  std::fflush(stdout);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse_options(argc, argv);
   if (!SandboxNode::available()) {
     std::fprintf(stderr, "repair_latency: needs root and a writable cgroup v1 devices hierarchy\n");
     return 2;
   }
   std::printf("%-10s %-22s %8s %8s %8s %10s %10s %10s %9s %9s %9s %9s\n", "containers", "repairer", "p50 µs", "p99 µs",
               "max µs", "resync ms", "reload ms", "startup ms", "RSS idle", "RSS load", "CPU idle", "CPU load");
-  for (int n : sizes) {
+  for (int n : o.sizes) {
     SandboxNode node;
     gdw::bench::add_bench_containers(node, n, n, 2);  // every one a GPU container, on nvidia0 or nvidia1
-
-    // The daemon, rate limit out of the way: this measures latency, not the policy.
-    DaemonHarness daemon(node);
-    if (!daemon.start("repair:\n  burst: 10000\n  max_per_minute: 600000\n")) {
-      std::fprintf(stderr, "daemon did not start:\n%s\n", daemon.output().c_str());
-      return 1;
-    }
-    const pid_t pid = daemon.process().pid();
-    const double startup_resync_ms = daemon.metric("gpu_devwatch_resync_duration_seconds_sum") * 1000;
-    // A full resync on demand: SIGHUP reloads the config and re-reads everything.
-    daemon.process().signal(SIGHUP);
-    eventually([&] { return daemon.metric("gpu_devwatch_resync_duration_seconds_count") >= 2; }, std::chrono::seconds(10));
-    const double reload_resync_ms = daemon.metric("gpu_devwatch_resync_duration_seconds_sum") * 1000 - startup_resync_ms;
-
-    // Periodic resyncs (what runs every daemon.resync_interval): bundles and allocations
-    // cached, every container's devices.list read and checked.
-    const double before_sum = daemon.metric("gpu_devwatch_resync_duration_seconds_sum");
-    const double before_count = daemon.metric("gpu_devwatch_resync_duration_seconds_count");
-    for (int i = 0; i < 5; ++i) {
-      daemon.process().signal(SIGUSR1);
-      eventually([&] { return daemon.metric("gpu_devwatch_resync_duration_seconds_count") >= before_count + i + 1; },
-                 std::chrono::seconds(5));
-    }
-    if (profile_seconds > 0) {
-      std::printf("profiling: daemon pid %d resyncs every 20 ms for %d s\n", pid, profile_seconds);
-      std::fflush(stdout);
-      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(profile_seconds);
-      while (std::chrono::steady_clock::now() < end) {
-        daemon.process().signal(SIGUSR1);
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-    const double periodic_resync_ms = (daemon.metric("gpu_devwatch_resync_duration_seconds_sum") - before_sum) * 1000 /
-                                      (daemon.metric("gpu_devwatch_resync_duration_seconds_count") - before_count);
-
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    auto idle0 = cpu_of(pid);
-    std::this_thread::sleep_for(std::chrono::seconds(5));
-    auto idle1 = cpu_of(pid);
-    const double rss_idle = rss_mib(pid);
-
-    auto load0 = cpu_of(pid);
-    auto seq = measure_sequential(node, revocations);
-    auto load1 = cpu_of(pid);
-    const double rss_load = rss_mib(pid);
-    auto d = percentiles(seq);
-    std::printf("%-10d %-22s %8.0f %8.0f %8.0f %10.1f %10.1f %10.1f %7.1fMB %7.1fMB %8.2f%% %8.1f%%\n", n, "gpu-devwatch",
-                d.p50, d.p99, d.max, periodic_resync_ms, reload_resync_ms, startup_resync_ms, rss_idle, rss_load,
-                cpu_percent(idle0, idle1), cpu_percent(load0, load1));
-    std::fflush(stdout);
-    daemon.stop();
-
-    if (poll_samples <= 0) continue;  // --poll-samples 0: the daemon's figures only
-    // The 1-second polling loop, same node, same revocations (fewer: each waits ~0.5 s).
-    pid_t poller = start_polling_loop(node);
-    auto polled = measure_spread(node, poll_samples, std::chrono::milliseconds(poll_samples * 50));
-    ::kill(poller, SIGKILL);
-    ::waitpid(poller, nullptr, 0);
-    auto p = percentiles(polled);
-    std::printf("%-10d %-22s %8.0f %8.0f %8.0f %10s %10s %10s %9s %9s %9s %9s\n", n, "1 s polling loop", p.p50, p.p99,
-                p.max, "-", "-", "-", "-", "-", "-", "-");
-    std::printf("%-10d %-22s %7.0fx %7.0fx\n", n, "polling / gpu-devwatch", p.p50 / d.p50, p.p99 / d.p99);
-    std::fflush(stdout);
+    if (!bench_daemon(node, n, o)) return 1;
   }
   return 0;
 }

@@ -40,6 +40,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -405,9 +406,8 @@ std::string targets_json(const std::vector<Target>& targets) {
   return doc.dump(1);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The flags as Options; nullopt (after saying why) when they are not usable.
+std::optional<Options> parse_options(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -426,13 +426,26 @@ int main(int argc, char** argv) {
     else if (a == "--floor-fixer") o.floor_fixer = v;
     else {
       std::fprintf(stderr, "storm: unknown flag %s\n", a.c_str());
-      return 2;
+      return std::nullopt;
     }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "storm: flag %s has no value\n", argv[argc - 1]);
+    return std::nullopt;
   }
   if (o.gpu_containers < 1 || o.gpu_containers > o.containers || o.rounds < 1 || o.fight_hz < 1) {
     std::fprintf(stderr, "storm: need 1 <= --gpu-containers <= --containers, --rounds >= 1, --fight-hz >= 1\n");
-    return 2;
+    return std::nullopt;
   }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::optional<Options> options = parse_options(argc, argv);
+  if (!options) return 2;
+  const Options& o = *options;
   if (!SandboxNode::available()) {
     std::fprintf(stderr, "storm: needs root and a writable cgroup v1 devices hierarchy\n");
     return 2;

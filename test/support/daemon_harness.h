@@ -21,6 +21,9 @@ class DaemonHarness {
   // "  syscall_hook: always\n") and starts `gpu-devwatch run`; waits for "ready".
   bool start(const std::string& extra = "", bool probe = false, const std::string& kubelet_extra = "",
              const std::string& probe_extra = "");
+  // The default configuration a user runs (probe on, info logs): only the node's paths and
+  // the metrics port set. For the benches.
+  bool start_with_defaults();
   // SIGTERM and wait; returns the exit code.
   int stop();
 
@@ -40,6 +43,8 @@ class DaemonHarness {
   }
 
  private:
+  bool launch();
+
   SandboxNode& node_;
   int port_;
   std::string config_;
