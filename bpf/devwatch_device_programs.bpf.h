@@ -77,88 +77,128 @@ static __always_inline enum bpf_attach_type cgroup_link_attach_type(struct bpf_l
   return BPF_CORE_READ((struct bpf_cgroup_link___before_6_17 *)link, type);
 }
 
-static __always_inline int emit_device_program(struct task_struct *task, struct pt_regs *regs, long ret) {
-  int cmd = (int)PT_REGS_PARM1_SYSCALL(regs);
-  if (cmd != BPF_PROG_ATTACH && cmd != BPF_PROG_DETACH && cmd != BPF_LINK_CREATE &&
-      cmd != BPF_LINK_UPDATE && cmd != BPF_LINK_DETACH)
-    return 0;
+/* What one bpf() call did to a BPF_CGROUP_DEVICE program or link, decoded from its attr. */
+struct device_program_change {
+  __u32 command; /* GDW_DEVPROG_* */
+  __u32 flags;
+  __u32 prog_id;
+  __u32 replaced_prog_id;
+  __u64 target_cgroup_id;
+};
 
+static __always_inline bool is_device_program_command(int cmd) {
+  return cmd == BPF_PROG_ATTACH || cmd == BPF_PROG_DETACH || cmd == BPF_LINK_CREATE ||
+         cmd == BPF_LINK_UPDATE || cmd == BPF_LINK_DETACH;
+}
+
+/* The bpf() call's attr, zeroed past what we read; 0 on success. */
+static __always_inline long read_attr_prefix(struct pt_regs *regs, union bpf_attr *attr) {
   /* The caller's size may be smaller than the prefix we read; fields past it count as
    * zero (the bpf(2) contract). */
-  union bpf_attr attr;
-  __builtin_memset(&attr, 0, sizeof(attr));
+  __builtin_memset(attr, 0, sizeof(*attr));
   __u64 size = PT_REGS_PARM3_SYSCALL(regs);
   if (size > ATTR_PREFIX_SIZE) size = ATTR_PREFIX_SIZE;
-  if (bpf_probe_read_user(&attr, size, (void *)PT_REGS_PARM2_SYSCALL(regs)) != 0) return 0;
+  return bpf_probe_read_user(attr, size, (void *)PT_REGS_PARM2_SYSCALL(regs));
+}
 
-  __u32 command, flags = 0, prog_id = 0, replaced_prog_id = 0;
-  __u64 target_cgroup_id = 0;
-  if (cmd == BPF_PROG_ATTACH || cmd == BPF_PROG_DETACH) {
-    if (attr.attach_type != BPF_CGROUP_DEVICE) return 0;
-    command = cmd == BPF_PROG_ATTACH ? GDW_DEVPROG_PROG_ATTACH : GDW_DEVPROG_PROG_DETACH;
-    target_cgroup_id = cgroup_id_of_fd(task, attr.target_fd);
-    prog_id = prog_id_of_fd(task, attr.attach_bpf_fd);
-    flags = attr.attach_flags;
-    if (cmd == BPF_PROG_ATTACH && (attr.attach_flags & BPF_F_REPLACE_FLAG))
-      replaced_prog_id = prog_id_of_fd(task, attr.replace_bpf_fd);
-  } else if (cmd == BPF_LINK_CREATE) {
-    if (attr.link_create.attach_type != BPF_CGROUP_DEVICE) return 0;
-    command = GDW_DEVPROG_LINK_CREATE;
-    target_cgroup_id = cgroup_id_of_fd(task, attr.link_create.target_fd);
-    prog_id = prog_id_of_fd(task, attr.link_create.prog_fd);
-    flags = attr.link_create.flags;
-    struct bpf_link *link = ret >= 0 ? link_of_fd(task, ret) : NULL; /* ret: the new link's fd */
-    if (link) {
-      __u32 link_id = BPF_CORE_READ(link, id);
-      struct gdw_device_link remembered = {.cgroup_id = target_cgroup_id, .prog_id = prog_id};
-      bpf_map_update_elem(&cgroup_device_links, &link_id, &remembered, BPF_ANY);
+/* BPF_PROG_ATTACH / BPF_PROG_DETACH; false when not a device program. */
+static __always_inline bool decode_prog_attach(struct task_struct *task, int cmd, union bpf_attr *attr,
+                                               struct device_program_change *change) {
+  if (attr->attach_type != BPF_CGROUP_DEVICE) return false;
+  change->command = cmd == BPF_PROG_ATTACH ? GDW_DEVPROG_PROG_ATTACH : GDW_DEVPROG_PROG_DETACH;
+  change->target_cgroup_id = cgroup_id_of_fd(task, attr->target_fd);
+  change->prog_id = prog_id_of_fd(task, attr->attach_bpf_fd);
+  change->flags = attr->attach_flags;
+  if (cmd == BPF_PROG_ATTACH && (attr->attach_flags & BPF_F_REPLACE_FLAG))
+    change->replaced_prog_id = prog_id_of_fd(task, attr->replace_bpf_fd);
+  return true;
+}
+
+/* BPF_LINK_CREATE; remembers the new link (ret: its fd) for its later update / detach. */
+static __always_inline bool decode_link_create(struct task_struct *task, union bpf_attr *attr, long ret,
+                                               struct device_program_change *change) {
+  if (attr->link_create.attach_type != BPF_CGROUP_DEVICE) return false;
+  change->command = GDW_DEVPROG_LINK_CREATE;
+  change->target_cgroup_id = cgroup_id_of_fd(task, attr->link_create.target_fd);
+  change->prog_id = prog_id_of_fd(task, attr->link_create.prog_fd);
+  change->flags = attr->link_create.flags;
+  struct bpf_link *link = ret >= 0 ? link_of_fd(task, ret) : NULL; /* ret: the new link's fd */
+  if (link) {
+    __u32 link_id = BPF_CORE_READ(link, id);
+    struct gdw_device_link remembered = {.cgroup_id = change->target_cgroup_id, .prog_id = change->prog_id};
+    bpf_map_update_elem(&cgroup_device_links, &link_id, &remembered, BPF_ANY);
+  }
+  return true;
+}
+
+/* BPF_LINK_UPDATE / BPF_LINK_DETACH of a device program link; keeps cgroup_device_links
+ * in step with what succeeded. */
+static __always_inline bool decode_link_change(struct task_struct *task, int cmd, union bpf_attr *attr,
+                                               long ret, struct device_program_change *change) {
+  __u32 link_fd = cmd == BPF_LINK_UPDATE ? attr->link_update.link_fd : attr->link_detach.link_fd;
+  struct bpf_link *link = link_of_fd(task, link_fd);
+  if (!link || BPF_CORE_READ(link, type) != BPF_LINK_TYPE_CGROUP ||
+      cgroup_link_attach_type(link) != BPF_CGROUP_DEVICE)
+    return false;
+  __u32 link_id = BPF_CORE_READ(link, id);
+  struct gdw_device_link *remembered = bpf_map_lookup_elem(&cgroup_device_links, &link_id);
+  struct cgroup *cgroup = BPF_CORE_READ(container_of(link, struct bpf_cgroup_link, link), cgroup);
+  /* NULL once the detach succeeded. */
+  change->target_cgroup_id = cgroup ? BPF_CORE_READ(cgroup, kn, id) : remembered ? remembered->cgroup_id : 0;
+  __u32 link_prog_id = BPF_CORE_READ(link, prog, aux, id);
+  if (cmd == BPF_LINK_UPDATE) {
+    change->command = GDW_DEVPROG_LINK_UPDATE;
+    change->prog_id = prog_id_of_fd(task, attr->link_update.new_prog_fd);
+    change->flags = attr->link_update.flags;
+    if (remembered)
+      change->replaced_prog_id = remembered->prog_id;
+    else if (change->flags & BPF_F_REPLACE_FLAG)
+      change->replaced_prog_id = prog_id_of_fd(task, attr->link_update.old_prog_fd);
+    else if (ret != 0)
+      change->replaced_prog_id = link_prog_id; /* the failed update left it in place */
+    if (ret == 0) {
+      struct gdw_device_link updated = {.cgroup_id = change->target_cgroup_id, .prog_id = link_prog_id};
+      bpf_map_update_elem(&cgroup_device_links, &link_id, &updated, BPF_ANY);
     }
   } else {
-    __u32 link_fd = cmd == BPF_LINK_UPDATE ? attr.link_update.link_fd : attr.link_detach.link_fd;
-    struct bpf_link *link = link_of_fd(task, link_fd);
-    if (!link || BPF_CORE_READ(link, type) != BPF_LINK_TYPE_CGROUP ||
-        cgroup_link_attach_type(link) != BPF_CGROUP_DEVICE)
-      return 0;
-    __u32 link_id = BPF_CORE_READ(link, id);
-    struct gdw_device_link *remembered = bpf_map_lookup_elem(&cgroup_device_links, &link_id);
-    struct cgroup *cgroup = BPF_CORE_READ(container_of(link, struct bpf_cgroup_link, link), cgroup);
-    /* NULL once the detach succeeded. */
-    target_cgroup_id = cgroup ? BPF_CORE_READ(cgroup, kn, id) : remembered ? remembered->cgroup_id : 0;
-    __u32 link_prog_id = BPF_CORE_READ(link, prog, aux, id);
-    if (cmd == BPF_LINK_UPDATE) {
-      command = GDW_DEVPROG_LINK_UPDATE;
-      prog_id = prog_id_of_fd(task, attr.link_update.new_prog_fd);
-      flags = attr.link_update.flags;
-      if (remembered)
-        replaced_prog_id = remembered->prog_id;
-      else if (flags & BPF_F_REPLACE_FLAG)
-        replaced_prog_id = prog_id_of_fd(task, attr.link_update.old_prog_fd);
-      else if (ret != 0)
-        replaced_prog_id = link_prog_id; /* the failed update left it in place */
-      if (ret == 0) {
-        struct gdw_device_link updated = {.cgroup_id = target_cgroup_id, .prog_id = link_prog_id};
-        bpf_map_update_elem(&cgroup_device_links, &link_id, &updated, BPF_ANY);
-      }
-    } else {
-      command = GDW_DEVPROG_LINK_DETACH;
-      prog_id = link_prog_id;
-      if (ret == 0) bpf_map_delete_elem(&cgroup_device_links, &link_id);
-    }
+    change->command = GDW_DEVPROG_LINK_DETACH;
+    change->prog_id = link_prog_id;
+    if (ret == 0) bpf_map_delete_elem(&cgroup_device_links, &link_id);
   }
+  return true;
+}
 
+static __always_inline void submit_device_program_event(const struct device_program_change *change,
+                                                        long ret) {
   struct gdw_device_program_event *e = reserve_event(sizeof(*e));
-  if (!e) return 0;
+  if (!e) return;
   e->header.type = GDW_EVENT_DEVICE_PROGRAM;
   e->header.reserved = 0;
   e->header.ktime_ns = bpf_ktime_get_ns();
   fill_process(&e->caller);
-  e->command = command;
-  e->flags = flags;
-  e->prog_id = prog_id;
-  e->replaced_prog_id = replaced_prog_id;
-  e->target_cgroup_id = target_cgroup_id;
+  e->command = change->command;
+  e->flags = change->flags;
+  e->prog_id = change->prog_id;
+  e->replaced_prog_id = change->replaced_prog_id;
+  e->target_cgroup_id = change->target_cgroup_id;
   e->result = ret;
   bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline int emit_device_program(struct task_struct *task, struct pt_regs *regs, long ret) {
+  int cmd = (int)PT_REGS_PARM1_SYSCALL(regs);
+  if (!is_device_program_command(cmd)) return 0;
+  union bpf_attr attr;
+  if (read_attr_prefix(regs, &attr) != 0) return 0;
+  struct device_program_change change = {};
+  bool device;
+  if (cmd == BPF_PROG_ATTACH || cmd == BPF_PROG_DETACH)
+    device = decode_prog_attach(task, cmd, &attr, &change);
+  else if (cmd == BPF_LINK_CREATE)
+    device = decode_link_create(task, &attr, ret, &change);
+  else
+    device = decode_link_change(task, cmd, &attr, ret, &change);
+  if (device) submit_device_program_event(&change, ret);
   return 0;
 }
 
