@@ -157,6 +157,7 @@ Status Daemon::start() {
   });
   repair_.emplace(config_, repair_settings_, *loop_, containers_, metrics_, attribution_, repair_hooks());
   repair_->set_persistence(&*persistence_);
+  probe_.emplace(config_, *loop_, containers_, metrics_, attribution_, probe_hooks());  // loaded below
   if (auto s = start_timers(); !s) return s;
   if (auto s = loop_->enable_watchdog(); !s) log::warn(s.error().message);
   if (auto s = start_heartbeat(); !s) return s.error();
@@ -173,7 +174,6 @@ Status Daemon::start() {
     health_->inventory_refreshed(answered, started);
     reresolve_all();  // the answer, or the health check's own re-read, may change targets
   });
-  probe_.emplace(config_, *loop_, containers_, metrics_, attribution_, probe_hooks());
   probe_->apply_config();
   start_events();
   start_node(config_);

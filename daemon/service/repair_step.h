@@ -1,6 +1,6 @@
 // One pass of the repair loop for one container: observe → plan → apply. Reporting (log
 // lines, metrics, Events, timers, the systemd call) is the caller's: the daemon's
-// (daemon_repair.cpp) or `check --repair`'s printout. Both run this same code.
+// (repair_loop.h) or `check --repair`'s printout. Both run this same code.
 #pragma once
 
 #include <optional>

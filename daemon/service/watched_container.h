@@ -55,7 +55,7 @@ struct WatchedContainer {
     Clock::duration repair_time{};  // of the first of those grants: for the Event
   } unlogged;
   // Repairs get a line each only up to repair.log_burst, then one per repair.log_interval
-  // (daemon_repair_log.cpp).
+  // (repair_report.cpp).
   RepairLogLimit log_limit;
 
   // Probe reports beside repairs.
