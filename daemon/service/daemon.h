@@ -110,7 +110,8 @@ class Daemon {
   void notify_ready_when_settled();
 
   // The repair loop (repair_loop.h) on `w`, through the node's device access.
-  void check_and_repair(Watched& w, Clock::time_point trigger, const Revocation* cause = nullptr);
+  // false: the cgroup vanished and the container was dropped.
+  bool check_and_repair(Watched& w, Clock::time_point trigger, const Revocation* cause = nullptr);
   // Watches DeviceAccess::restoring_rule_files while `w` misses devices, and only then.
   void watch_restoring_writes(Watched& w);
   RepairLoop::Hooks repair_hooks();

@@ -78,8 +78,8 @@ void Daemon::apply_target(Watched& w, ContainerTarget target) {
                                     w.target.env_visible && !w.target.env_visible->device_ids.empty());
 }
 
-void Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Revocation* cause) {
-  repair_->check(*access_, w, trigger, cause);
+bool Daemon::check_and_repair(Watched& w, Clock::time_point trigger, const Revocation* cause) {
+  return repair_->check(*access_, w, trigger, cause);
 }
 
 void Daemon::watch_restoring_writes(Watched& w) {
@@ -156,9 +156,7 @@ bool Daemon::check_dirs(Clock::time_point trigger, const std::vector<std::string
     Watched* w = containers_.find(dir);
     if (!w) continue;
     const auto before = w->gauge_inputs();
-    check_and_repair(*w, trigger);
-    w = containers_.find(dir);
-    gauges_moved |= !w || w->gauge_inputs() != before;
+    gauges_moved |= !check_and_repair(*w, trigger) || w->gauge_inputs() != before;
   }
   return gauges_moved;
 }

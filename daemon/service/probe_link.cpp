@@ -11,7 +11,6 @@
 namespace gdw {
 namespace {
 
-
 // Denied opens of one device in one container are logged at most this often.
 constexpr Clock::duration kDeniedOpenLogInterval = std::chrono::minutes(1);
 // Probe records handled per turn of the event loop. The probe source has the lowest
@@ -49,10 +48,7 @@ void ProbeLink::apply_config() {
   } else if (config_.probe.enabled && !probe_) {
     load();
   } else if (probe_) {
-    // probe.syscall_hook or its linger may have changed; the next update decides.
-    hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
-                           probe_->rule_writes_need_syscall_hook());
-    status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
+    take_hook_settings();  // probe.syscall_hook or its linger may have changed; the next update decides
   }
   metrics_.set_probe_loaded(probe_ != nullptr);
   metrics_.set_syscall_hook_attached(probe_ && probe_->syscall_hook_attached());
@@ -92,10 +88,8 @@ void ProbeLink::load() {
     counters_timer_ = std::move(*counts);
   else
     log::warn("denied opens of non-GPU paths are not counted: " + counts.error().message);
-  hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
-                         probe_->rule_writes_need_syscall_hook());
+  take_hook_settings();
   hook_error_.reset();
-  status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
   if (probe_->rule_writes_need_syscall_hook()) {
     log::info("eBPF probe loaded; this kernel has no cap_capable tracepoint (< 6.14), so rule writers are named "
               "only while the syscall hook is attached (probe.syscall_hook: " +
@@ -105,6 +99,12 @@ void ProbeLink::load() {
               "opens) " + to_string(config_.probe.syscall_hook));
   }
   maintain_syscall_hook(false);
+}
+
+void ProbeLink::take_hook_settings() {
+  hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
+                         probe_->rule_writes_need_syscall_hook());
+  status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
 }
 
 Result<EventSource> ProbeLink::start_counters_timer() {
@@ -120,6 +120,8 @@ void ProbeLink::maintain_syscall_hook(bool drift) {
   if (!probe_ || !hook_schedule_) return;
   const auto now = Clock::now();
   const auto decision = hook_schedule_->update(drift, now);
+  // Counted until now, whether it stays attached or not (collect_other_denied_opens).
+  hook_attached_since_collect_ |= probe_->syscall_hook_attached();
   if (decision.attached != probe_->syscall_hook_attached()) {
     if (auto s = probe_->set_syscall_hook(decision.attached); !s) {
       if (hook_error_.first()) log::error("probe: " + s.error().message + "; denied opens are not reported");
@@ -234,7 +236,7 @@ void ProbeLink::on_device_program(const DeviceProgramEvent& ev) {
 void ProbeLink::on_denied_open(const DeniedOpenEvent& ev) {
   WatchedContainer* w = containers_.by_cgroup_id(ev.opener.devices_cgroup_id);
   if (!w) w = containers_.by_cgroup_id(ev.opener.cgroup_id);
-  if (!w || w->target.kind != TargetKind::kGpu) return;
+  if (!w || !w->is_gpu()) return;
   std::string device = "other";
   for (const auto& d : w->target.desired.wanted)
     if (d.dev.major == ev.major && d.dev.minor == ev.minor) device = d.name;
@@ -256,7 +258,7 @@ void ProbeLink::collect_other_denied_opens() {
   if (!probe_ || !(hook_attached_since_collect_ || probe_->syscall_hook_attached())) return;
   hook_attached_since_collect_ = false;
   for (auto& [dir, w] : containers_) {
-    if (w.target.kind != TargetKind::kGpu || !w.cgroup_id) continue;
+    if (!w.is_gpu() || !w.cgroup_id) continue;
     auto total = probe_->other_denied_opens(w.cgroup_id);
     if (!total) continue;  // not watched (yet): nothing counted
     // Lower than last time: the cgroup was unwatched and watched again, counting from 0.
@@ -265,4 +267,5 @@ void ProbeLink::collect_other_denied_opens() {
     w.other_denied_opens_seen = *total;
   }
 }
+
 }  // namespace gdw

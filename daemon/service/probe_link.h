@@ -62,6 +62,8 @@ class ProbeLink {
  private:
   void load();
   void unload();
+  // probe.syscall_hook and its linger, as configured now, for the hook's schedule.
+  void take_hook_settings();
   Result<EventSource> start_counters_timer();
   void on_device_program_load(const DeviceProgramLoadEvent& ev);
   void sweep_device_programs();

@@ -29,19 +29,19 @@ RepairLoop::RepairLoop(const Config& config, const RepairSettings& settings, Eve
       attribution_(attribution),
       hooks_(std::move(hooks)) {}
 
-void RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock::time_point trigger, const Revocation* cause) {
+bool RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock::time_point trigger, const Revocation* cause) {
   const auto now = Clock::now();
-  if (held_back(w.repair, w.retry_armed_at(), now)) return;
+  if (held_back(w.repair, w.retry_armed_at(), now)) return true;
   const bool persistable = persistence_ && persist_in_scope(w.target);
   RepairStep step = repair_once(access, w.repair, w.cgroup.cgroup_dir, w.target.desired, persistable, now, settings_);
   if (step.gone) {
     hooks_.gone(w.cgroup.cgroup_dir);  // removed mid-repair: quietly dropped
-    return;
+    return false;
   }
   if (!step.observed) {
     metrics_.event_loop_error(access.observed_source());
     if (step.report_read_error) log::error(step.observed.error().message, w.log_fields());
-    return;
+    return true;
   }
   count_programs(w, step.observed->programs);
   for (const auto& d : step.plan.drifted) metrics_.drift(w.labels, d.name);
@@ -49,6 +49,7 @@ void RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock::time_po
   report_plan(w, step, trigger);
   if (step.applied) report_grants(w, step, trigger);
   hooks_.checked(w);
+  return true;
 }
 
 void RepairLoop::report_plan(WatchedContainer& w, const RepairStep& step, Clock::time_point trigger) {

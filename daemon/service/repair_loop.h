@@ -49,8 +49,9 @@ class RepairLoop {
   void set_persistence(SystemdPersistence* persistence) { persistence_ = persistence; }
 
   // One check of `w`. `cause`: who changed its device access, when the caller knows;
-  // named for devices this check finds newly missing.
-  void check(DeviceAccess& access, WatchedContainer& w, Clock::time_point trigger, const Revocation* cause = nullptr);
+  // named for devices this check finds newly missing. false: the cgroup vanished and `w`
+  // was handed to Hooks::gone (it may no longer exist).
+  bool check(DeviceAccess& access, WatchedContainer& w, Clock::time_point trigger, const Revocation* cause = nullptr);
   // The probe just named who revoked `w`'s devices: a log line waiting for it goes out.
   void revocation_named(WatchedContainer& w);
 
