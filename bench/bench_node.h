@@ -5,6 +5,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -58,6 +59,34 @@ inline double rss_mib(pid_t pid) {
   while (std::getline(in, line))
     if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   return -1;
+}
+
+// What a repairer asked of the kernel: its wake-ups (context switches of all its threads)
+// and its read and write system calls (/proc/<pid>/io). Per storm, they tell a repairer's
+// own overhead (more wake-ups, more calls) from the work every fixer shares.
+struct KernelCounts {
+  double wakeups = 0, reads = 0, writes = 0;
+};
+
+inline double status_field(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::stod(line.substr(key.size()));
+  return 0;
+}
+
+inline KernelCounts kernel_counts(pid_t pid) {
+  KernelCounts k;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(proc + "/task", ec)) {
+    const std::string status = task.path().string() + "/status";
+    k.wakeups += status_field(status, "voluntary_ctxt_switches:") + status_field(status, "nonvoluntary_ctxt_switches:");
+  }
+  k.reads = status_field(proc + "/io", "syscr:");
+  k.writes = status_field(proc + "/io", "syscw:");
+  return k;
 }
 
 }  // namespace gdw::bench

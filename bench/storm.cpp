@@ -27,7 +27,8 @@
 //                     [--singles 300] [--storms 20] [--fight-hz 200] [--fight-seconds 5]
 //                     [--storm-gap-ms 0] [--daemon-extra YAML] [--python-fixer PATH]
 //                     [--daemon-binary PATH (default: this build's gpu-devwatch)]
-//                     [--floor-fixer PATH (default: floor_fixer beside this program)]   (as root)
+//                     [--floor-fixer PATH (default: floor_fixer beside this program)]
+//                     [--compare-daemon PATH (another build, run in the same rounds)]   (as root)
 #include <fcntl.h>
 #include <signal.h>
 #include <time.h>
@@ -50,6 +51,7 @@
 
 #include "bench_node.h"
 #include "storm_observe.h"
+#include "storm_repairers.h"
 #include "support/metrics_text.h"
 #include "support/process.h"
 
@@ -74,89 +76,9 @@ struct Options {
   std::string daemon_binary = GDW_BINARY;
   std::string python_fixer = GDW_SOURCE_DIR "/bench/python_fixer.py";
   std::string floor_fixer;  // default: floor_fixer beside this program
-};
-
-// ---- the repairer processes -------------------------------------------------------------
-
-double cpu_ms(pid_t pid) { return 1000.0 * cpu_seconds(pid); }  // utime + stime of the whole process
-
-// The same total with nanosecond resolution: the process's CPU-time clock.
-double cpu_clock_ms(pid_t pid) {
-  clockid_t id;
-  timespec ts{};
-  if (::clock_getcpuclockid(pid, &id) != 0 || ::clock_gettime(id, &ts) != 0) return -1;
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
-class Repairer {
- public:
-  virtual ~Repairer() = default;
-  virtual const char* name() const = 0;
-  virtual bool start() = 0;
-  virtual void stop() { process_.reset(); }  // SIGKILL by PID
-  pid_t pid() const { return process_->pid(); }
-  std::string output() const { return process_ ? process_->output() : ""; }
-  // How many repairs the fight-loop guard held back so far; -1: this repairer has none.
-  virtual double throttled() const { return -1; }
-
- protected:
-  std::unique_ptr<BackgroundProcess> process_;
-};
-
-class Daemon : public Repairer {
- public:
-  Daemon(SandboxNode& node, std::string binary, std::string extra)
-      : node_(node), binary_(std::move(binary)), extra_(std::move(extra)) {}
-  const char* name() const override { return "gpu-devwatch"; }
-  bool start() override {
-    port_ = free_port();
-    const std::string config = node_.write_config("metrics:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n" + extra_);
-    process_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{binary_, "run", "--config", config});
-    return process_->wait_for_output(" ready", 30s) && eventually([&] { return !http_get(port_).empty(); }, 10s);
-  }
-  void stop() override {
-    if (process_ && process_->running()) {
-      process_->signal(SIGTERM);
-      process_->wait(10s);
-    }
-    process_.reset();
-  }
-  double throttled() const override {
-    return metric_value(http_get(port_), "gpu_devwatch_repairs_throttled_total").value_or(0);
-  }
-
- private:
-  SandboxNode& node_;
-  std::string binary_, extra_;
-  int port_ = 0;
-};
-
-class PythonFixer : public Repairer {
- public:
-  PythonFixer(std::string script, std::string targets) : script_(std::move(script)), targets_(std::move(targets)) {}
-  const char* name() const override { return "python fixer"; }
-  bool start() override {
-    process_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{"python3", script_, targets_});
-    return process_->wait_for_output(" ready", 30s);
-  }
-
- private:
-  std::string script_, targets_;
-};
-
-// The least an inotify fixer must do (bench/floor_fixer.cpp): what is left of a repair's
-// cost when nothing but the kernel's part remains.
-class FloorFixer : public Repairer {
- public:
-  FloorFixer(std::string binary, std::string targets) : binary_(std::move(binary)), targets_(std::move(targets)) {}
-  const char* name() const override { return "C++ floor"; }
-  bool start() override {
-    process_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{binary_, targets_});
-    return process_->wait_for_output(" ready", 30s);
-  }
-
- private:
-  std::string binary_, targets_;
+  // Another gpu-devwatch build run in the same rounds (a change against its base): CPU
+  // figures move by about 20 % between runs on a VM, side by side they compare.
+  std::string compare_daemon;
 };
 
 // ---- the measurements -------------------------------------------------------------------
@@ -164,6 +86,7 @@ class FloorFixer : public Repairer {
 struct Figures {
   std::vector<double> reaction_us, window_us;                         // singles
   std::vector<double> all_whole_us, writer_us, tail_us, storm_cpu_ms, storm_cpu_clock_ms;  // per storm
+  std::vector<double> storm_wakeups, storm_reads, storm_writes;                           // per storm
   std::vector<double> fight_us;
   int fight_reapplies = 0, fight_late = 0;  // late: not covered before the next re-apply
   double guard = -1;                        // repairs the guard held back in the fight
@@ -215,6 +138,7 @@ class Bench {
   void storm(Figures& f, pid_t pid) {
     watch_.drain();
     const double cpu0 = cpu_ms(pid), clock0 = cpu_clock_ms(pid);
+    const KernelCounts k0 = kernel_counts(pid);
     const auto t0 = Clock::now();
     for (const auto& t : targets_) node_.reapply_spec(*t.container);
     const auto tw = Clock::now();
@@ -236,6 +160,10 @@ class Bench {
     }
     f.storm_cpu_ms.push_back(cpu_ms(pid) - cpu0);
     f.storm_cpu_clock_ms.push_back(cpu_clock_ms(pid) - clock0);
+    const KernelCounts k1 = kernel_counts(pid);
+    f.storm_wakeups.push_back(k1.wakeups - k0.wakeups);
+    f.storm_reads.push_back(k1.reads - k0.reads);
+    f.storm_writes.push_back(k1.writes - k0.writes);
     if (overflow) {
       ++f.overflows;  // event order lost: the whole times are not known
       return;
@@ -358,6 +286,9 @@ void print(const Figures& d, const Figures& p, const Figures& c, const Figures& 
   row("repairer CPU per storm (utime+stime)", mean(d.storm_cpu_ms), mean(p.storm_cpu_ms), mean(c.storm_cpu_ms), "ms", 2);
   row("  same, CPU-time clock (ns resolution)", mean(d.storm_cpu_clock_ms), mean(p.storm_cpu_clock_ms),
       mean(c.storm_cpu_clock_ms), "ms", 2);
+  row("  wake-ups per storm", mean(d.storm_wakeups), mean(p.storm_wakeups), mean(c.storm_wakeups), "", 0);
+  row("  read calls per storm", mean(d.storm_reads), mean(p.storm_reads), mean(c.storm_reads), "", 0);
+  row("  write calls per storm", mean(d.storm_writes), mean(p.storm_writes), mean(c.storm_writes), "", 0);
   pct_row("fight reaction p50", &Figures::fight_us, .5, "µs");
   pct_row("fight reaction p99", &Figures::fight_us, .99, "µs");
   pct_row("fight reaction max", &Figures::fight_us, 1, "µs");
@@ -376,6 +307,20 @@ void print(const Figures& d, const Figures& p, const Figures& c, const Figures& 
               c.overflows);
   std::printf("bench floor (whole at the last write, no repairer): reaction p50 %.1f µs p99 %.1f µs\n",
               pct(floor.reaction_us, .5), pct(floor.reaction_us, .99));
+}
+
+// The --compare-daemon build beside the measured one: its figure, and compared/measured.
+void print_compared(const Figures& d, const Figures& x) {
+  std::printf("\n%-44s %12s %12s %8s\n", "figure", "gpu-devwatch", "compared", "cmp/gdw");
+  auto line = [](const char* what, double a, double b) {
+    std::printf("%-44s %12.2f %12.2f %8.2f\n", what, a, b, a > 0 ? b / a : 0.0);
+  };
+  line("CPU per storm (CPU-time clock, ms)", mean(d.storm_cpu_clock_ms), mean(x.storm_cpu_clock_ms));
+  line("wake-ups per storm", mean(d.storm_wakeups), mean(x.storm_wakeups));
+  line("reaction p50 (µs)", pct(d.reaction_us, .5), pct(x.reaction_us, .5));
+  line("reaction p99 (µs)", pct(d.reaction_us, .99), pct(x.reaction_us, .99));
+  line("storm tail p50 (µs)", pct(d.tail_us, .5), pct(x.tail_us, .5));
+  line("RSS after storms (MiB)", d.rss_storm, x.rss_storm);
 }
 
 int int_flag(const std::string& v) { return std::stoi(v); }
@@ -424,6 +369,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
     else if (a == "--python-fixer") o.python_fixer = v;
     else if (a == "--daemon-binary") o.daemon_binary = v;
     else if (a == "--floor-fixer") o.floor_fixer = v;
+    else if (a == "--compare-daemon") o.compare_daemon = v;
     else {
       std::fprintf(stderr, "storm: unknown flag %s\n", a.c_str());
       return std::nullopt;
@@ -470,24 +416,27 @@ int main(int argc, char** argv) {
                 o.fight_hz, o.fight_seconds);
     std::fflush(stdout);
     Bench bench(node, targets);
-    Figures floor, fig_d, fig_p, fig_c;
+    Figures floor, fig_d, fig_p, fig_c, fig_x;
     for (int k = 0; k < std::min(o.singles, 200); ++k) bench.floor(k % static_cast<int>(targets.size()), floor);
     Daemon daemon(node, o.daemon_binary, o.daemon_extra);
     PythonFixer python(o.python_fixer, files.path() + "/targets.json");
     FloorFixer floor_fixer(o.floor_fixer.empty() ? beside_this_program("floor_fixer") : o.floor_fixer,
                            files.path() + "/targets.json");
+    Daemon compared(node, o.compare_daemon, o.daemon_extra);
+    std::vector<Repairer*> order{&daemon, &python, &floor_fixer};
+    if (!o.compare_daemon.empty()) order.insert(order.begin() + 1, &compared);
     for (int round = 0; round < o.rounds; ++round) {
       const bool last = round == o.rounds - 1;
-      Repairer* order[3] = {&daemon, &python, &floor_fixer};
-      std::rotate(order, order + round % 3, order + 3);  // each goes first in turn
       for (Repairer* r : order) {
-        std::printf("round %d: %s\n", round + 1, r->name());
+        std::printf("round %d: %s%s\n", round + 1, r->name(), r == &compared ? " (compared build)" : "");
         std::fflush(stdout);
-        Figures& fig = r == &daemon ? fig_d : r == &python ? fig_p : fig_c;
+        Figures& fig = r == &daemon ? fig_d : r == &python ? fig_p : r == &compared ? fig_x : fig_c;
         run_session(bench, *r, o, round, static_cast<int>(targets.size()), last, fig);
       }
+      std::rotate(order.begin(), order.begin() + 1, order.end());  // each goes first in turn
     }
     print(fig_d, fig_p, fig_c, floor);
+    if (!o.compare_daemon.empty()) print_compared(fig_d, fig_x);
     for (auto& t : targets) ::close(t.list_fd);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "storm: %s\n", e.what());

@@ -53,7 +53,7 @@ __noinline __u64 rule_write_submit_flags(__u64 target_cgroup_id, __u32 deny) {
 static __always_inline __u64 emit_rule_write(struct task_struct *task, struct pt_regs *regs, long nr,
                                              __u32 seen_at, bool result_known, long result,
                                              struct gdw_rule_write_in_flight *in_flight) {
-  if (ignored_writer_tgid && BPF_CORE_READ(task, tgid) == ignored_writer_tgid) return 0;
+  if (ignored_writer_tgid && (bpf_get_current_pid_tgid() >> 32) == ignored_writer_tgid) return 0;
   __u32 deny;
   struct kernfs_node *kn = NULL;
   struct file *file = rule_file(task, regs, &deny, &kn);

@@ -70,30 +70,40 @@ DevicesV1Files::~DevicesV1Files() {
   }
 }
 
-DevicesV1Files::Handle DevicesV1Files::open_file(const std::string& cgroup_dir, bool list) {
+DevicesV1Files::Kept* DevicesV1Files::kept(const std::string& cgroup_dir) {
+  if (last_ && last_->first == cgroup_dir) return last_;
   auto it = files_.find(cgroup_dir);
-  if (it != files_.end()) {
-    int fd = list ? it->second.list : it->second.allow;
+  if (it == files_.end()) return nullptr;
+  last_ = &*it;
+  return last_;
+}
+
+DevicesV1Files::Handle DevicesV1Files::open_file(const std::string& cgroup_dir, bool list) {
+  Kept* k = kept(cgroup_dir);
+  if (k) {
+    int fd = list ? k->second.list : k->second.allow;
     if (fd >= 0) return {fd, false, true};
   }
   const std::string path = cgroup_dir + (list ? "/devices.list" : "/devices.allow");
   int fd = ::open(path.c_str(), (list ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
   if (fd < 0 || !on_cgroupfs(fd)) return {fd, true, false};
-  if (it == files_.end()) {
+  if (!k) {
     if (files_.size() >= max_cgroups_) return {fd, true, false};
-    it = files_.emplace(cgroup_dir, Files{}).first;
+    k = &*files_.emplace(cgroup_dir, Files{}).first;
   }
-  (list ? it->second.list : it->second.allow) = fd;
+  (list ? k->second.list : k->second.allow) = fd;
   return {fd, false, false};
 }
 
 void DevicesV1Files::drop(const std::string& cgroup_dir, bool list) {
-  auto it = files_.find(cgroup_dir);
-  if (it == files_.end()) return;
-  int& fd = list ? it->second.list : it->second.allow;
+  Kept* k = kept(cgroup_dir);
+  if (!k) return;
+  int& fd = list ? k->second.list : k->second.allow;
   if (fd >= 0) ::close(fd);
   fd = -1;
-  if (it->second.list < 0 && it->second.allow < 0) files_.erase(it);
+  if (k->second.list >= 0 || k->second.allow >= 0) return;
+  last_ = nullptr;
+  files_.erase(cgroup_dir);
 }
 
 Result<std::string> DevicesV1Files::read_list(const std::string& cgroup_dir) {

@@ -50,12 +50,19 @@ class DevicesV1Files {
     bool owned = false;  // not kept: the caller closes it
     bool kept_before = false;  // opened by an earlier call: may belong to a removed cgroup
   };
+  using Map = std::unordered_map<std::string, Files>;  // hashed: looked up at every observation
+  using Kept = Map::value_type;
   // The descriptor of devices.list (`list`) or devices.allow of `cgroup_dir`.
   Handle open_file(const std::string& cgroup_dir, bool list);
   void drop(const std::string& cgroup_dir, bool list);
+  // The files kept for `cgroup_dir`, or null.
+  Kept* kept(const std::string& cgroup_dir);
 
   std::size_t max_cgroups_;
-  std::unordered_map<std::string, Files> files_;  // hashed: looked up at every observation
+  Map files_;
+  // The entry found last (a node: rehashing keeps it where it is): a repair reads the list
+  // and then writes the grants of one cgroup, so the second lookup is a comparison.
+  Kept* last_ = nullptr;
 };
 
 }  // namespace gdw

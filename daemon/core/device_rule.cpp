@@ -24,8 +24,6 @@ Result<std::uint32_t> parse_number(std::string_view text, std::size_t& pos, cons
   return static_cast<std::uint32_t>(value);
 }
 
-std::string format_number(std::uint32_t n) { return n == kAnyNumber ? "*" : std::to_string(n); }
-
 }  // namespace
 
 Result<std::uint8_t> parse_access(std::string_view text) {
@@ -83,8 +81,26 @@ Result<DeviceRule> parse_device_rule(std::string_view text) {
 }
 
 std::string format_device_rule(const DeviceRule& rule) {
-  return std::string(1, static_cast<char>(rule.type)) + ' ' + format_number(rule.major) + ':' +
-         format_number(rule.minor) + ' ' + format_access(rule.access);
+  // In one buffer: a repair formats one rule per granted device, on the storm's path.
+  char buf[32];  // "c 4294967295:4294967295 rwm"
+  char* p = buf;
+  auto number = [&](std::uint32_t n) {
+    if (n == kAnyNumber) {
+      *p++ = '*';
+      return;
+    }
+    p = std::to_chars(p, buf + sizeof buf, n).ptr;
+  };
+  *p++ = static_cast<char>(rule.type);
+  *p++ = ' ';
+  number(rule.major);
+  *p++ = ':';
+  number(rule.minor);
+  *p++ = ' ';
+  if (rule.access & kAccessRead) *p++ = 'r';
+  if (rule.access & kAccessWrite) *p++ = 'w';
+  if (rule.access & kAccessMknod) *p++ = 'm';
+  return std::string(buf, p);
 }
 
 std::string format_device_number(const DeviceNumber& dev) {

@@ -27,13 +27,11 @@ bool held_back(const RepairState& state, std::optional<Clock::time_point> retry_
 RepairPlan plan_repair(RepairState& state, const std::vector<WantedDevice>& missing, Clock::time_point now,
                        const RepairSettings& settings) {
   RepairPlan plan;
-  std::set<DeviceNumber> missing_now;
-  for (const auto& m : missing) {
-    missing_now.insert(m.dev);
-    // Drift is a transition: counted when a device that was there goes missing.
+  // Drift is a transition: counted when a device that was there goes missing.
+  for (const auto& m : missing)
     if (!state.missing.count(m.dev) && now >= state.quiet_until) plan.drifted.push_back(m);
-  }
-  state.missing = std::move(missing_now);
+  state.missing.clear();
+  for (const auto& m : missing) state.missing.insert(m.dev);
   if (missing.empty()) {
     state.observe_reported.reset();
     if (state.throttled && !state.budget.exhausted(now)) {

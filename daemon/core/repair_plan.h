@@ -20,6 +20,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/desired_state.h"
+#include "core/device_set.h"
 #include "core/log_once.h"
 #include "core/repair_policy.h"
 #include "core/result.h"
@@ -39,7 +40,7 @@ struct RepairSettings {
 // What the planner remembers of one container between checks.
 struct RepairState {
   explicit RepairState(RepairBudget b) : budget(b) {}
-  std::set<DeviceNumber> missing;  // as of the last check
+  DeviceSet missing;  // as of the last check
   // Grants the kernel refused (a parent denies): not retried before the back-off ends,
   // reported once until one succeeds.
   std::map<DeviceNumber, Clock::time_point> refused_until;
@@ -52,7 +53,7 @@ struct RepairState {
   Clock::time_point quiet_until{};
   // systemd driver: the devices already in the scope's DeviceAllow=, and whether a call
   // adding more is under way.
-  std::set<DeviceNumber> persisted;
+  DeviceSet persisted;
   bool persist_in_flight = false;
 };
 

@@ -4,6 +4,14 @@
 
 namespace gdw {
 
+std::string describe(const Revocation& r) {
+  std::string s = r.writer + " (pid " + std::to_string(r.pid) + ", comm " + r.comm;
+  if (!r.exe.empty()) s += ", " + r.exe;
+  s += ", parent " + r.parent_comm + ") ";
+  s += r.action.empty() ? "writing '" + r.rule_text + "' to devices.deny" : r.action;
+  return s;
+}
+
 bool explains(Clock::time_point at, Clock::time_point trigger) {
   return at <= trigger && trigger - at <= kAttributionWindow;
 }

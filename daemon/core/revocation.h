@@ -28,7 +28,12 @@ inline constexpr std::chrono::seconds kAttributionWindow{1};
 
 struct Revocation {
   std::string writer;  // recognised name (bounded: the metric label)
-  std::string detail;  // pid, comm, executable, what it did: for the log line
+  // Who it was and what it did, kept apart: detail() formats them only for a line that
+  // goes out (most repairs of a storm log none).
+  pid_t pid = 0;
+  std::string comm, exe, parent_comm;
+  std::string action;  // "loading a device program"; empty for a rule write (`rule_text`)
+  std::string rule_text;  // rule writes: the deny rule as written
   Clock::time_point at{};
   pid_t tid = 0;               // rule writes: the writing thread and the probe's
   std::uint64_t ktime_ns = 0;  // timestamp, to match the result that may follow
@@ -36,6 +41,10 @@ struct Revocation {
   // Set when a repair took this as its cause: it names that repair whatever the delay.
   std::optional<Clock::time_point> cause_of;
 };
+
+// "<writer> (pid <pid>, comm <comm>[, <exe>], parent <comm>) <what it did>": for log lines
+// and Events.
+std::string describe(const Revocation& r);
 
 // Whether a revocation seen at `at` can be what a repair triggered at `trigger` answered:
 // it came first, and not long before.

@@ -306,7 +306,8 @@ std::size_t Metrics::LabelsHash::operator()(const ContainerLabels& c) const {
 prometheus::Counter& Metrics::container_counter(prometheus::Family<prometheus::Counter>& family,
                                                 const ContainerLabels& c, std::string_view extra_name,
                                                 std::string_view extra_value) {
-  auto& series = by_container_[c];
+  if (!last_container_ || last_container_->first != c) last_container_ = &*by_container_.try_emplace(c).first;
+  auto& series = last_container_->second;
   for (const auto& s : series)
     if (s.family == &family && s.extra_name == extra_name && s.extra_value == extra_value) return *s.counter;
   auto labels = labels_of(c);
@@ -361,6 +362,7 @@ void Metrics::forget(const ContainerLabels& c) {
   auto it = by_container_.find(c);
   if (it == by_container_.end()) return;
   for (const auto& s : it->second) s.family->Remove(s.counter);
+  if (&*it == last_container_) last_container_ = nullptr;
   by_container_.erase(it);
 }
 

@@ -189,6 +189,10 @@ class Metrics {
     std::size_t operator()(const ContainerLabels& c) const;
   };
   std::unordered_map<ContainerLabels, std::vector<Series>, LabelsHash> by_container_;
+  // The entry found last (a node: rehashing keeps it where it is): a repair counts drift
+  // for each device of one container in a row, and comparing three short labels costs
+  // less than hashing them again.
+  std::pair<const ContainerLabels, std::vector<Series>>* last_container_ = nullptr;
   std::map<ContainerLabels, std::size_t> exposed_;  // GPU containers' exposed device counts
   std::set<ContainerLabels> env_visible_;
   void update_exposure_totals();

@@ -37,13 +37,15 @@ std::uint32_t own_tgid_in_the_kernel() {
   return static_cast<std::uint32_t>(::getpid());
 }
 
-Revocation Attribution::revocation(const ProcessInfo& p, const std::string& action, std::uint64_t ktime_ns) {
+Revocation Attribution::revocation(const ProcessInfo& p, std::string action, std::uint64_t ktime_ns) {
   // The executable is read now, while the process may still exist.
-  const WriterIdentity who{p.comm, p.parent_comm, executables_.of(p), p.pid};
   Revocation r;
-  r.writer = recognise_writer(who);
-  r.detail = r.writer + " (pid " + std::to_string(p.pid) + ", comm " + p.comm + (who.exe.empty() ? "" : ", " + who.exe) +
-             ", parent " + p.parent_comm + ") " + action;
+  r.exe = executables_.of(p);
+  r.writer = recognise_writer(WriterIdentity{p.comm, p.parent_comm, r.exe, p.pid});
+  r.pid = p.pid;
+  r.comm = p.comm;
+  r.parent_comm = p.parent_comm;
+  r.action = std::move(action);
   r.at = from_ktime(ktime_ns);
   return r;
 }
@@ -65,7 +67,8 @@ WatchedContainer* Attribution::rule_write(const RuleWriteEvent& ev) {
   const bool gpu = w->is_gpu();
   if (gpu && !rule_revokes(*rule, w->target.desired.wanted)) return nullptr;
   if (!gpu && Clock::now() - w->first_seen > PendingRevocations::kMaxAge) return nullptr;
-  Revocation r = revocation(ev.writer, "writing '" + ev.rule + "' to devices.deny", ev.ktime_ns);
+  Revocation r = revocation(ev.writer, {}, ev.ktime_ns);
+  r.rule_text = ev.rule;
   r.tid = ev.writer.tid;
   r.ktime_ns = ev.ktime_ns;
   r.rule = *rule;

@@ -46,7 +46,8 @@ class Attribution {
                      const Revocation* cause);
 
  private:
-  Revocation revocation(const ProcessInfo& who, const std::string& action, std::uint64_t ktime_ns);
+  // `action` empty: a rule write (the caller sets rule_text).
+  Revocation revocation(const ProcessInfo& who, std::string action, std::uint64_t ktime_ns);
 
   ContainerTable& containers_;
   Metrics& metrics_;

@@ -76,7 +76,7 @@ class Daemon {
   void on_inotify();
   // What a watched path's event asks for; devices to check go to `dirty`.
   void on_watch_event(const WatchTarget& target, const Inotify::Event& ev, Clock::time_point trigger,
-                      std::set<std::string>& dirty);
+                      std::vector<std::string>& dirty);
   void on_tree_event(const std::string& dir, const Inotify::Event& ev);
   void dir_created(const std::string& path);
   void reload_checkpoint();

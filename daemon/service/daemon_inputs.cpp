@@ -3,6 +3,7 @@
 #include <sys/inotify.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <string_view>
 #include <unordered_set>
 
@@ -123,8 +124,8 @@ void Daemon::on_inotify() {
   // is taken at its permission check, so it is already waiting: read what waits first (at
   // most one budget of records, rule writes before denied opens) so the repair names the writer.
   probe_->drain();
-  std::set<std::string> dirty;
-  bool only_rule_writes = true;  // else the batch may add, drop or re-resolve containers
+  std::vector<std::string> dirty;  // container directories to check (deduplicated below)
+  bool only_rule_writes = true;    // else the batch may add, drop or re-resolve containers
   for (const auto& ev : *events) {
     if (ev.mask & IN_Q_OVERFLOW) {
       metrics_.inotify_overflow();
@@ -138,23 +139,29 @@ void Daemon::on_inotify() {
       watches_->forget(ev.wd);
       continue;
     }
+    if (found->kind == WatchTarget::kContainerFile) {  // a storm's event: nothing else to do now
+      dirty.push_back(found->path);
+      continue;
+    }
     const WatchTarget target = *found;  // handling it may drop the watch
-    only_rule_writes &= target.kind == WatchTarget::kContainerFile || target.kind == WatchTarget::kParentDenyFile;
+    only_rule_writes &= target.kind == WatchTarget::kParentDenyFile;
     on_watch_event(target, ev, trigger, dirty);
   }
+  std::sort(dirty.begin(), dirty.end());
+  dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
   // A storm's revoke-and-repair leaves every count as it was: no O(N) gauge walk for it.
-  if (check_dirs(trigger, {dirty.begin(), dirty.end()}) || !only_rule_writes) gauges_changed();
+  if (check_dirs(trigger, dirty) || !only_rule_writes) gauges_changed();
 }
 
 void Daemon::on_watch_event(const WatchTarget& target, const Inotify::Event& ev, Clock::time_point trigger,
-                            std::set<std::string>& dirty) {
+                            std::vector<std::string>& dirty) {
   switch (target.kind) {
     case WatchTarget::kContainerFile:
-      dirty.insert(target.path);
+      dirty.push_back(target.path);
       break;
     case WatchTarget::kParentDenyFile:
       for (const auto& [dir, w] : containers_)
-        if (dir.rfind(target.path + "/", 0) == 0) dirty.insert(dir);
+        if (dir.rfind(target.path + "/", 0) == 0) dirty.push_back(dir);
       break;
     case WatchTarget::kTreeDir:
       on_tree_event(target.path, ev);

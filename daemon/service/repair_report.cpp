@@ -63,7 +63,7 @@ void RepairLoop::log_grants(WatchedContainer& w) {
   if (w.last_revocation && names_repair(*w.last_revocation, w.unlogged.trigger)) {
     writer = w.last_revocation->writer;
     f.writer = writer;
-    message += "; revoked by " + w.last_revocation->detail;
+    message += "; revoked by " + describe(*w.last_revocation);
   }
   if (line.unlogged > 0) message += "; " + unlogged_repairs_text(line.unlogged, line.since_last_line);
   log::info(message, f);
@@ -91,7 +91,7 @@ void RepairLoop::log_repair_summary(WatchedContainer& w) {
   std::string message = "devices granted back again: " + unlogged_repairs_text(summary->unlogged, summary->since_last_line);
   if (w.last_revocation) {
     f.writer = w.last_revocation->writer;
-    message += "; last revoked by " + w.last_revocation->detail;
+    message += "; last revoked by " + describe(*w.last_revocation);
   }
   log::info(message, f);
 }
@@ -110,7 +110,7 @@ void RepairLoop::report_event(const WatchedContainer& w, kube::Cause cause, cons
   const auto at = cause == kube::Cause::kRevoked ? w.unlogged.trigger : Clock::now();
   if (w.last_revocation && names_repair(*w.last_revocation, at)) {
     f.writer = w.last_revocation->writer;
-    f.writer_detail = w.last_revocation->detail;
+    f.writer_detail = describe(*w.last_revocation);
   }
   f.repair_time = std::chrono::duration_cast<std::chrono::nanoseconds>(w.unlogged.repair_time);
   f.problem = problem;

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -34,7 +33,9 @@ class WatchRegistry {
  private:
   Inotify& inotify_;
   Metrics& metrics_;
-  std::map<int, WatchTarget> watches_;
+  // Hashed: looked up for every inotify event (node-based, so find()'s pointer stays valid
+  // until that watch is dropped).
+  std::unordered_map<int, WatchTarget> watches_;
   // The watched file or directory → its watch. Hashed: every resync looks up each pod
   // directory (long paths that share long prefixes, costly to order).
   std::unordered_map<std::string, int> wd_by_path_;

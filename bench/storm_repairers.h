@@ -1,0 +1,109 @@
+// The repairers bench/storm runs side by side: gpu-devwatch, our Python inotify fixer (the
+// baseline) and the C++ floor, each a child process killed by PID when its session ends.
+#pragma once
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_node.h"
+#include "support/metrics_text.h"
+#include "support/process.h"
+
+namespace gdw::bench {
+
+using namespace std::chrono_literals;
+using test::BackgroundProcess;
+using test::eventually;
+using test::free_port;
+using test::http_get;
+using test::metric_value;
+using test::SandboxNode;
+
+inline double cpu_ms(pid_t pid) { return 1000.0 * cpu_seconds(pid); }  // utime + stime of the whole process
+
+// The same total with nanosecond resolution: the process's CPU-time clock.
+inline double cpu_clock_ms(pid_t pid) {
+  clockid_t id;
+  timespec ts{};
+  if (::clock_getcpuclockid(pid, &id) != 0 || ::clock_gettime(id, &ts) != 0) return -1;
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+class Repairer {
+ public:
+  virtual ~Repairer() = default;
+  virtual const char* name() const = 0;
+  virtual bool start() = 0;
+  virtual void stop() { process_.reset(); }  // SIGKILL by PID
+  pid_t pid() const { return process_->pid(); }
+  std::string output() const { return process_ ? process_->output() : ""; }
+  // How many repairs the fight-loop guard held back so far; -1: this repairer has none.
+  virtual double throttled() const { return -1; }
+
+ protected:
+  std::unique_ptr<BackgroundProcess> process_;
+};
+
+class Daemon : public Repairer {
+ public:
+  Daemon(SandboxNode& node, std::string binary, std::string extra)
+      : node_(node), binary_(std::move(binary)), extra_(std::move(extra)) {}
+  const char* name() const override { return "gpu-devwatch"; }
+  bool start() override {
+    port_ = free_port();
+    const std::string config = node_.write_config("metrics:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n" + extra_);
+    process_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{binary_, "run", "--config", config});
+    return process_->wait_for_output(" ready", 30s) && eventually([&] { return !http_get(port_).empty(); }, 10s);
+  }
+  void stop() override {
+    if (process_ && process_->running()) {
+      process_->signal(SIGTERM);
+      process_->wait(10s);
+    }
+    process_.reset();
+  }
+  double throttled() const override {
+    return metric_value(http_get(port_), "gpu_devwatch_repairs_throttled_total").value_or(0);
+  }
+
+ private:
+  SandboxNode& node_;
+  std::string binary_, extra_;
+  int port_ = 0;
+};
+
+class PythonFixer : public Repairer {
+ public:
+  PythonFixer(std::string script, std::string targets) : script_(std::move(script)), targets_(std::move(targets)) {}
+  const char* name() const override { return "python fixer"; }
+  bool start() override {
+    process_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{"python3", script_, targets_});
+    return process_->wait_for_output(" ready", 30s);
+  }
+
+ private:
+  std::string script_, targets_;
+};
+
+// The least an inotify fixer must do (bench/floor_fixer.cpp): what is left of a repair's
+// cost when nothing but the kernel's part remains.
+class FloorFixer : public Repairer {
+ public:
+  FloorFixer(std::string binary, std::string targets) : binary_(std::move(binary)), targets_(std::move(targets)) {}
+  const char* name() const override { return "C++ floor"; }
+  bool start() override {
+    process_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{binary_, targets_});
+    return process_->wait_for_output(" ready", 30s);
+  }
+
+ private:
+  std::string binary_, targets_;
+};
+
+}  // namespace gdw::bench
