@@ -5,27 +5,32 @@ namespace {
 
 bool is_control(unsigned char c) { return c < 0x20 || c == 0x7f; }
 
+bool needs_escape(unsigned char c, bool escape_quote) {
+  return c == '\\' || (escape_quote && c == '"') || is_control(c);
+}
+
 void append_escaped(std::string& out, std::string_view text, bool escape_quote) {
   static constexpr char kHex[] = "0123456789abcdef";
-  for (char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
+  while (!text.empty()) {
+    // Runs of plain characters (nearly all of a line) are appended whole.
+    std::size_t plain = 0;
+    while (plain < text.size() && !needs_escape(static_cast<unsigned char>(text[plain]), escape_quote)) ++plain;
+    out.append(text.data(), plain);
+    text.remove_prefix(plain);
+    if (text.empty()) return;
+    const auto c = static_cast<unsigned char>(text.front());
+    text.remove_prefix(1);
     switch (c) {
       case '\n': out += "\\n"; continue;
       case '\r': out += "\\r"; continue;
       case '\t': out += "\\t"; continue;
       case '\\': out += "\\\\"; continue;
-      case '"':
-        out += escape_quote ? "\\\"" : "\"";
-        continue;
+      case '"': out += "\\\""; continue;  // only when escape_quote (else plain)
       default: break;
     }
-    if (is_control(c)) {
-      out += "\\u00";
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    } else {
-      out += ch;
-    }
+    out += "\\u00";  // another control character
+    out += kHex[c >> 4];
+    out += kHex[c & 0xf];
   }
 }
 
