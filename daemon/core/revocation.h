@@ -28,7 +28,7 @@ inline constexpr std::chrono::seconds kAttributionWindow{1};
 
 struct Revocation {
   std::string writer;  // recognised name (bounded: the metric label)
-  // Who it was and what it did, kept apart: detail() formats them only for a line that
+  // Who it was and what it did, kept apart: describe() formats them only for a line that
   // goes out (most repairs of a storm log none).
   pid_t pid = 0;
   std::string comm, exe, parent_comm;

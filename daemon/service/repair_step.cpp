@@ -4,9 +4,12 @@ namespace gdw {
 
 RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::string& cgroup_dir,
                        const DesiredDevices& desired, bool persistable, Clock::time_point now,
-                       const RepairSettings& settings) {
+                       const RepairSettings& settings, bool all_denied_seen) {
   RepairStep step;
-  step.observed = access.observe(cgroup_dir, desired);
+  if (all_denied_seen && !access.policy_in_programs() && settings.mode == Mode::kEnforce)
+    step.observed = DeviceState{desired.wanted, {}};
+  else
+    step.observed = access.observe(cgroup_dir, desired);
   if (!step.observed) {
     step.gone = is_cgroup_gone(step.observed.error());
     step.report_read_error = !step.gone && state.read_error_reported.first();

@@ -174,7 +174,9 @@ TEST(UnitRestart, SilentBusCostsOnlyTheTimeout) {
   const auto before = Clock::now();
   auto restart = UnitRestart::start(loop.get(), {"unix:path=" + (dir / "bus"), "kubelet.service", 300ms},
                                     record_into(outcome));
-  EXPECT_LT(Clock::now() - before, 5ms) << "start() waited for the bus";
+  // Well below the 300 ms a wait for the silent bus would take, with room for a loaded
+  // 2-CPU machine running the suite in parallel (5 ms failed there once).
+  EXPECT_LT(Clock::now() - before, 100ms) << "start() waited for the bus";
 
   ASSERT_TRUE(restart.ok()) << restart.error().message;
   ASSERT_TRUE(loop.run_until([&] { return outcome.job.has_value(); }, 5s));

@@ -223,5 +223,57 @@ TEST_F(RepairLoopTest, RepairsBeyondTheLogBurstAreCountedInOneSummaryLine) {
   EXPECT_NE(lines.find("devices granted back again: 2 more repairs in the last"), std::string::npos) << lines;
 }
 
+// The probe's record of `a` written to devices.deny (a runc or systemd re-apply).
+RuleWriteEvent deny_all_at(Clock::time_point at) {
+  RuleWriteEvent ev;
+  ev.writer.pid = 0x3fffffff;  // not us, and no such process
+  ev.writer.comm = "runc";
+  ev.target_cgroup_id = 4242;
+  ev.deny = true;
+  ev.rule = "a";
+  ev.ktime_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count());
+  return ev;
+}
+
+TEST_F(RepairLoopTest, EveryDeviceDeniedAfterTheLastCheckIsGrantedWithoutReadingThePolicy) {
+  access.allowed[kDir] = {};
+  ASSERT_EQ(attribution.rule_write(deny_all_at(Clock::now())), w);
+  check();
+  EXPECT_EQ(access.observes, 0) << "the record says what is missing: all of it";
+  EXPECT_EQ(access.allowed[kDir], (std::set<DeviceNumber>{kGpu0.dev, kCtl.dev}));
+  EXPECT_EQ(metric("gpu_devwatch_drift_total", {{"device", "nvidia0"}}), 1);
+  EXPECT_EQ(metric("gpu_devwatch_drift_total", {{"device", "nvidiactl"}}), 1);
+
+  // The record is used once: the next check reads the policy, and finds nothing to do.
+  check();
+  EXPECT_EQ(access.observes, 1);
+  EXPECT_EQ(access.grants, 1);
+}
+
+TEST_F(RepairLoopTest, ADenyRecordReadAfterACheckThatCameLaterIsNotTakenAsMissing) {
+  // The check ran after the write (it saw its result and repaired it); the record was
+  // read only afterwards (a drain budget spent). It must not make a later check assume
+  // that everything is missing again.
+  const auto written = Clock::now();
+  access.allowed[kDir] = {kCtl.dev};
+  check();
+  ASSERT_EQ(access.observes, 1);
+  ASSERT_EQ(attribution.rule_write(deny_all_at(written)), w);
+  check();
+  EXPECT_EQ(access.observes, 2) << "read, not assumed";
+  EXPECT_EQ(access.grants, 1) << "nothing was missing";
+  EXPECT_EQ(metric("gpu_devwatch_drift_total"), 1);
+}
+
+TEST_F(RepairLoopTest, ObserveModeReadsThePolicyEvenAfterEveryDeviceWasDenied) {
+  config.mode = Mode::kObserve;
+  settings = RepairSettings::from(config);
+  access.allowed[kDir] = {kGpu0.dev, kCtl.dev};  // re-allowed since: nothing to report
+  ASSERT_EQ(attribution.rule_write(deny_all_at(Clock::now())), w);
+  check();
+  EXPECT_EQ(access.observes, 1);
+  EXPECT_EQ(metric("gpu_devwatch_drift_total"), 0);
+}
+
 }  // namespace
 }  // namespace gdw
