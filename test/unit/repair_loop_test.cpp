@@ -23,6 +23,18 @@ const WantedDevice kCtl = dev(255, "nvidiactl");
 const std::string kDir = "/kubepods/pod1/c1";
 const std::map<std::string, std::string> kPod = {{"namespace", "ns"}, {"pod", "p"}, {"container", "c"}};
 
+// The probe's record of `a` written to devices.deny (a runc or systemd re-apply).
+RuleWriteEvent deny_all_at(Clock::time_point at) {
+  RuleWriteEvent ev;
+  ev.writer.pid = 0x3fffffff;  // not us, and no such process
+  ev.writer.comm = "runc";
+  ev.target_cgroup_id = 4242;
+  ev.deny = true;
+  ev.rule = "a";
+  ev.ktime_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count());
+  return ev;
+}
+
 class RepairLoopTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -137,15 +149,7 @@ TEST_F(RepairLoopTest, WithTheProbeTheLogLineWaitsForTheRevokerThenGoesOut) {
   EXPECT_TRUE(w->log_timer.armed());
 
   // The probe's record arrives: the line goes out now, naming it.
-  RuleWriteEvent ev;
-  ev.writer.pid = 0x3fffffff;  // not us, and no such process
-  ev.writer.comm = "runc";
-  ev.target_cgroup_id = 4242;
-  ev.deny = true;
-  ev.rule = "a *:* rwm";
-  ev.ktime_ns = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(written.time_since_epoch()).count());
-  WatchedContainer* named = attribution.rule_write(ev);
+  WatchedContainer* named = attribution.rule_write(deny_all_at(written));
   ASSERT_EQ(named, w);
   testing::internal::CaptureStderr();
   repair->revocation_named(*named);
@@ -221,18 +225,6 @@ TEST_F(RepairLoopTest, RepairsBeyondTheLogBurstAreCountedInOneSummaryLine) {
   run_for(milliseconds(200));
   const std::string lines = testing::internal::GetCapturedStderr();
   EXPECT_NE(lines.find("devices granted back again: 2 more repairs in the last"), std::string::npos) << lines;
-}
-
-// The probe's record of `a` written to devices.deny (a runc or systemd re-apply).
-RuleWriteEvent deny_all_at(Clock::time_point at) {
-  RuleWriteEvent ev;
-  ev.writer.pid = 0x3fffffff;  // not us, and no such process
-  ev.writer.comm = "runc";
-  ev.target_cgroup_id = 4242;
-  ev.deny = true;
-  ev.rule = "a";
-  ev.ktime_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count());
-  return ev;
 }
 
 TEST_F(RepairLoopTest, EveryDeviceDeniedAfterTheLastCheckIsGrantedWithoutReadingThePolicy) {
