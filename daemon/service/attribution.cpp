@@ -76,7 +76,6 @@ WatchedContainer* Attribution::rule_write(const RuleWriteEvent& ev) {
     w->pending_revocations.add(std::move(r), Clock::now());
     return nullptr;
   }
-  if (rule->type == DeviceType::kAll) w->all_denied_at = r.at;
   w->last_revocation = std::move(r);
   metrics_.revocation(w->last_revocation->writer);
   return w;
@@ -93,10 +92,8 @@ void Attribution::rule_write_result(const RuleWriteResultEvent& ev) {
   log::debug("rule write by pid " + std::to_string(ev.pid) + " failed: " + std::strerror(static_cast<int>(-ev.result)),
              w->log_fields());
   // It revoked nothing: a repair must not name it.
-  if (w->last_revocation && w->last_revocation->tid == ev.tid && w->last_revocation->ktime_ns == ev.write_ktime_ns) {
+  if (w->last_revocation && w->last_revocation->tid == ev.tid && w->last_revocation->ktime_ns == ev.write_ktime_ns)
     w->last_revocation.reset();
-    w->all_denied_at.reset();  // it denied nothing: the next check reads devices.list
-  }
 }
 
 bool Attribution::program_load(const DeviceProgramLoadEvent& ev) {

@@ -33,8 +33,7 @@ bool RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock::time_po
   const auto now = Clock::now();
   if (held_back(w.repair, w.retry_armed_at(), now)) return true;
   const bool persistable = persistence_ && persist_in_scope(w.target);
-  const bool all_denied_seen = w.all_denied_at && *w.all_denied_at > w.last_check;
-  w.all_denied_at.reset();
+  const bool all_denied_seen = w.all_denied_since_last_check();
   w.last_check = now;
   RepairStep step =
       repair_once(access, w.repair, w.cgroup.cgroup_dir, w.target.desired, persistable, now, settings_, all_denied_seen);

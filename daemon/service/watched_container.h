@@ -47,12 +47,15 @@ struct WatchedContainer {
   // writes seen while it was not (yet) a GPU container.
   std::optional<Revocation> last_revocation;
   PendingRevocations pending_revocations;
-  // When the probe last saw `a` written to devices.deny here (every device denied: how
-  // runc, systemd and the CPUManager re-apply), and when the last check began. A deny after
-  // that check leaves all the container wants missing, known without reading devices.list
-  // (repair_step.h); one before it was that check's to see.
-  std::optional<Clock::time_point> all_denied_at;
+  // When the last check began: a revocation seen after it is the next check's to answer.
   Clock::time_point last_check{};
+  // The last revoking write is `a` to devices.deny (every device denied: how runc, systemd
+  // and the CPUManager re-apply), seen after the last check: all the container wants is
+  // missing, known without reading devices.list (repair_step.h).
+  bool all_denied_since_last_check() const {
+    return last_revocation && last_revocation->rule && last_revocation->rule->type == DeviceType::kAll &&
+           last_revocation->at > last_check;
+  }
 
   // A repair whose log line waits (briefly) for the probe to say who revoked.
   struct UnloggedRepair {
