@@ -48,6 +48,7 @@ class DevicesV1 final : public DeviceAccess {
     GrantReport report;
     report.method = "cgroupfs";
     auto outcomes = files_.write_grants(cgroup_dir, grant_rules(devices));
+    report.devices.reserve(devices.size());
     for (std::size_t i = 0; i < devices.size(); ++i) report.devices.push_back({devices[i], std::move(outcomes[i])});
     return report;
   }

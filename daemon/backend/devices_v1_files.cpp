@@ -123,6 +123,7 @@ Result<std::string> DevicesV1Files::read_list(const std::string& cgroup_dir) {
 
 std::vector<Status> DevicesV1Files::write_grants(const std::string& cgroup_dir, const std::vector<DeviceRule>& rules) {
   std::vector<Status> outcomes;
+  outcomes.reserve(rules.size());
   for (bool retried = false; !rules.empty();) {
     outcomes.clear();
     Handle h = open_file(cgroup_dir, /*list=*/false);

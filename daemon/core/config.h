@@ -123,6 +123,9 @@ struct Config {
     // cgroup v2: how often device programs are re-queried (a link released by its holder's
     // exit makes no bpf() call the probe could see).
     Duration program_query_interval{10000};
+    // The event loop thread's scheduler slice in microseconds (watch/loop_slice.h), so that
+    // a repair's wake-up preempts the re-applier still writing; 0: the kernel's default.
+    std::uint32_t event_loop_slice_us = 100;
     bool operator==(const Daemon&) const = default;
   } daemon;
 

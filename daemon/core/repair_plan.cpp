@@ -28,6 +28,7 @@ RepairPlan plan_repair(RepairState& state, const std::vector<WantedDevice>& miss
                        const RepairSettings& settings) {
   RepairPlan plan;
   // Drift is a transition: counted when a device that was there goes missing.
+  plan.drifted.reserve(missing.size());
   for (const auto& m : missing)
     if (!state.missing.count(m.dev) && now >= state.quiet_until) plan.drifted.push_back(m);
   state.missing.clear();
@@ -46,6 +47,7 @@ RepairPlan plan_repair(RepairState& state, const std::vector<WantedDevice>& miss
   }
   // Devices the kernel refused recently wait for their back-off; the others go now.
   std::vector<WantedDevice> grantable;
+  grantable.reserve(missing.size());
   for (const auto& m : missing) {
     auto r = state.refused_until.find(m.dev);
     if (r != state.refused_until.end() && now < r->second) {
@@ -71,6 +73,7 @@ SettledGrants settle_grants(RepairState& state, const std::vector<DeviceOutcome>
                             const std::vector<WantedDevice>& wanted, bool persistable, Clock::time_point now,
                             const RepairSettings& settings) {
   SettledGrants s;
+  s.granted.reserve(outcomes.size());
   for (const auto& o : outcomes) {
     if (o.outcome) {
       s.granted.push_back(o.device);

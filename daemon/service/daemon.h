@@ -64,6 +64,9 @@ class Daemon {
   Status start_timers();
   // /healthz: a top-priority timer records each turn of the loop.
   Status start_heartbeat();
+  // The event loop thread's scheduler slice (daemon.event_loop_slice_us), logged once per
+  // start or reload.
+  void apply_loop_slice();
   void stop(int code);
   void start_node(const Config& config);
   void reload_config();

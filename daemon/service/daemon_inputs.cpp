@@ -113,7 +113,7 @@ void Daemon::ensure_input_watches() {
 }
 
 void Daemon::on_inotify() {
-  auto events = inotify_->read_all();
+  auto events = inotify_->read_queued();
   const auto trigger = Clock::now();
   if (!events) {
     metrics_.event_loop_error("inotify");

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 namespace gdw {
@@ -40,9 +41,13 @@ void Inotify::remove(int wd) {
   ::inotify_rm_watch(fd_, wd);
 }
 
-Result<std::vector<Inotify::Event>> Inotify::read_all() {
+Result<std::vector<Inotify::Event>> Inotify::read_queued() {
   std::vector<Event> events;
   alignas(struct inotify_event) char buf[64 * 1024];
+  // Room for the largest event: a read that left at least this much free took all that
+  // was queued. Reading on to EAGAIN would cost a system call per wake-up (one per
+  // revocation in a storm); what arrives meanwhile wakes the loop again (level-triggered).
+  constexpr std::size_t kLargestEvent = sizeof(struct inotify_event) + NAME_MAX + 1;
   for (;;) {
     ssize_t n = ::read(fd_, buf, sizeof buf);
     if (n < 0) {
@@ -56,6 +61,7 @@ Result<std::vector<Inotify::Event>> Inotify::read_all() {
       events.push_back(Event{ev->wd, ev->mask, ev->len ? std::string(ev->name) : std::string()});
       p += sizeof(struct inotify_event) + ev->len;
     }
+    if (static_cast<std::size_t>(n) <= sizeof buf - kLargestEvent) break;
   }
   return events;
 }

@@ -30,8 +30,10 @@ class Inotify {
     std::uint32_t mask = 0;
     std::string name;
   };
-  // Everything queued now (non-blocking). IN_Q_OVERFLOW arrives as an event with wd -1.
-  Result<std::vector<Event>> read_all();
+  // What is queued now (non-blocking), in as few reads as it takes: events that arrive
+  // during the last read may be left for the next wake-up. IN_Q_OVERFLOW arrives as an
+  // event with wd -1.
+  Result<std::vector<Event>> read_queued();
 
  private:
   explicit Inotify(int fd) : fd_(fd) {}

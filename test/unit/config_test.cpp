@@ -26,6 +26,7 @@ TEST(Config, EmptyDocumentGivesDefaults) {
             (std::vector<std::string>{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}));
   EXPECT_EQ(c->runtime.state_dirs.size(), 2u);
   EXPECT_EQ(c->daemon.resync_interval, Duration(60000));
+  EXPECT_EQ(c->daemon.event_loop_slice_us, 100u);
   EXPECT_EQ(c->probe.syscall_hook, SyscallHookPolicy::kAuto);
   EXPECT_EQ(c->probe.syscall_hook_linger, Duration(30000));
 }
@@ -104,6 +105,7 @@ devices:
     MIG-abc: {gpu: 1, gi: 2, ci: 0}
 daemon:
   resync_interval: 2m
+  event_loop_slice_us: 0
 metrics:
   listen: "127.0.0.1:9100"
 probe:
@@ -121,6 +123,7 @@ probe:
   ASSERT_EQ(c->devices.mig_map.size(), 1u);
   EXPECT_EQ(c->devices.mig_map[0], (MigDevice{"MIG-abc", 1, 2, 0}));
   EXPECT_EQ(c->daemon.resync_interval, Duration(120000));
+  EXPECT_EQ(c->daemon.event_loop_slice_us, 0u);
   EXPECT_EQ(c->metrics.listen, "127.0.0.1:9100");
   EXPECT_FALSE(c->probe.enabled);
   EXPECT_EQ(c->probe.syscall_hook, SyscallHookPolicy::kOnDrift);
@@ -144,6 +147,8 @@ TEST(Config, ErrorsNameTheKeyAndTheLine) {
       {"devices:\n  dra_drivers: gpu.nvidia.com\n", "bad.yaml:2: devices.dra_drivers: expected a list"},
       {"daemon:\n  resync_interval: 10\n", "bad.yaml:2: daemon.resync_interval: duration '10' needs a unit"},
       {"daemon:\n  resync_interval: 10ms\n", "bad.yaml:2: daemon.resync_interval: must be between 1s and"},
+      {"daemon:\n  event_loop_slice_us: 50\n", "bad.yaml:2: daemon.event_loop_slice_us: must be 0 or between 100 and 100000, got 50"},
+      {"daemon:\n  event_loop_slice_us: 200000\n", "bad.yaml:2: daemon.event_loop_slice_us: must be between 0 and 100000"},
       {"metrics:\n  listen: 0.0.0.0:70000\n", "bad.yaml:2: metrics.listen: port must be 1-65535"},
       {"probe:\n  enabled: maybe\n", "bad.yaml:2: probe.enabled: expected true or false"},
       {"probe:\n  syscall_hook: sometimes\n",
@@ -195,6 +200,7 @@ TEST(Config, ShippedFileIsValidAndDocumentsEveryKey) {
   EXPECT_EQ(c->repair.max_per_minute, defaults->repair.max_per_minute);
   EXPECT_EQ(c->repair.log_burst, defaults->repair.log_burst);
   EXPECT_EQ(c->repair.log_interval, defaults->repair.log_interval);
+  EXPECT_EQ(c->daemon.event_loop_slice_us, defaults->daemon.event_loop_slice_us);
 }
 
 TEST(Durations, ParseAndFormat) {

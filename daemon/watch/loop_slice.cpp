@@ -1,0 +1,83 @@
+#include "watch/loop_slice.h"
+
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace gdw {
+namespace {
+
+// The kernel's struct sched_attr, first published size (SCHED_ATTR_SIZE_VER0): glibc 2.36
+// declares neither it nor the calls, and <linux/sched/types.h> clashes with <sched.h>.
+struct KernelSchedAttr {
+  std::uint32_t size;
+  std::uint32_t sched_policy;
+  std::uint64_t sched_flags;
+  std::int32_t sched_nice;
+  std::uint32_t sched_priority;
+  std::uint64_t sched_runtime;
+  std::uint64_t sched_deadline;
+  std::uint64_t sched_period;
+};
+static_assert(sizeof(KernelSchedAttr) == 48);
+constexpr std::uint64_t kResetOnFork = 0x01;  // SCHED_FLAG_RESET_ON_FORK
+
+Result<KernelSchedAttr> get_attr() {
+  KernelSchedAttr attr{};
+  if (::syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0)
+    return errno_error(errno, std::string("sched_getattr: ") + std::strerror(errno));
+  return attr;
+}
+
+const char* policy_name(std::uint32_t policy) {
+  switch (policy) {
+    case SCHED_BATCH: return "SCHED_BATCH";
+    case SCHED_IDLE: return "SCHED_IDLE";
+    case SCHED_FIFO: return "SCHED_FIFO";
+    case SCHED_RR: return "SCHED_RR";
+    default: return "a non-default policy";
+  }
+}
+
+}  // namespace
+
+SliceDecision decide_slice(const ThreadScheduling& now) {
+  // Whoever chose another policy for the daemon (a unit's CPUSchedulingPolicy=) meant it.
+  if (now.policy != SCHED_OTHER)
+    return {false, std::string("the process runs under ") + policy_name(now.policy) + ", left as it is"};
+  return {true, {}};
+}
+
+Result<ThreadScheduling> read_thread_scheduling() {
+  auto attr = get_attr();
+  if (!attr) return attr.error();
+  return ThreadScheduling{attr->sched_policy, attr->sched_nice, attr->sched_runtime};
+}
+
+Result<std::uint64_t> request_loop_slice(std::chrono::microseconds slice) {
+  auto attr = get_attr();
+  if (!attr) return attr.error();
+  const ThreadScheduling now{attr->sched_policy, attr->sched_nice, attr->sched_runtime};
+  const SliceDecision decision = decide_slice(now);
+  if (!decision.request) return errno_error(EPERM, decision.reason);
+  const auto wanted_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(slice).count());
+  KernelSchedAttr set = *attr;  // policy and nice as they are
+  set.size = sizeof set;
+  set.sched_flags = attr->sched_flags & kResetOnFork;
+  set.sched_priority = 0;
+  set.sched_runtime = wanted_ns;
+  set.sched_deadline = set.sched_period = 0;
+  if (::syscall(SYS_sched_setattr, 0, &set, 0) != 0)
+    return errno_error(errno, std::string("sched_setattr: ") + std::strerror(errno));
+  auto after = get_attr();
+  if (!after) return after.error();
+  // Kernels before 6.12 accept the call and keep their own slice (read back as 0).
+  if (wanted_ns != 0 && after->sched_runtime != wanted_ns)
+    return errno_error(ENOTSUP, "the kernel keeps its own slice for fair tasks (Linux 6.12 and later take one per thread)");
+  return after->sched_runtime;
+}
+
+}  // namespace gdw

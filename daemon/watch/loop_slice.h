@@ -1,0 +1,44 @@
+// The event loop thread's scheduler slice. A repair races the re-applier that revoked: its
+// grants should land while the runtime is still writing its allow rules. On a busy node
+// the loop's wake-up waits for the running task's slice to end (EEVDF's default is a few
+// milliseconds), far longer than the repair itself (tens of microseconds). Linux 6.12 and
+// later take a shorter slice for a SCHED_OTHER thread (sched_attr.sched_runtime, clamped to
+// 0.1-100 ms): a wake-up then preempts sooner. Its CPU share, nice value and policy stay as
+// they were; the kernel asks for the slice to cover the thread's usual run between sleeps,
+// as one repair does.
+//
+// Threads started later by the loop thread inherit the slice; they sleep nearly always.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "core/result.h"
+
+namespace gdw {
+
+// The calling thread's scheduling attributes, as far as the slice needs them.
+struct ThreadScheduling {
+  std::uint32_t policy = 0;  // SCHED_OTHER, SCHED_BATCH, SCHED_IDLE, SCHED_FIFO, ...
+  std::int32_t nice = 0;
+  std::uint64_t slice_ns = 0;  // fair policies on 6.12+: the slice; 0 on older kernels
+};
+
+// Whether a thread scheduled as `now` may have its slice set (pure): only under the default
+// policy; one an operator chose (a unit's CPUSchedulingPolicy=) is left alone.
+struct SliceDecision {
+  bool request = false;  // call sched_setattr, policy and nice unchanged
+  std::string reason;    // why not, when not
+};
+SliceDecision decide_slice(const ThreadScheduling& now);
+
+Result<ThreadScheduling> read_thread_scheduling();
+
+// Asks for `slice` on the calling thread (0: the kernel's default, also after a custom
+// one). The value is the slice the thread has afterwards (0 on kernels before 6.12); an
+// error says why it has not the one asked for (an older kernel, or a policy the operator
+// chose).
+Result<std::uint64_t> request_loop_slice(std::chrono::microseconds slice);
+
+}  // namespace gdw
