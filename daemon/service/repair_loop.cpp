@@ -72,7 +72,7 @@ void RepairLoop::report_plan(WatchedContainer& w, const RepairStep& step, Clock:
   if (plan.retry_at) hooks_.retry(w, *plan.retry_at - Clock::now(), trigger);
 }
 
-void RepairLoop::report_grants(WatchedContainer& w, const RepairStep& step, Clock::time_point trigger) {
+void RepairLoop::report_grants(WatchedContainer& w, RepairStep& step, Clock::time_point trigger) {
   const GrantReport& applied = *step.applied;
   const auto repair_time = Clock::now() - trigger;
   metrics_.repair_duration(std::chrono::duration<double>(repair_time).count());
@@ -84,14 +84,17 @@ void RepairLoop::report_grants(WatchedContainer& w, const RepairStep& step, Cloc
   if (applied.programs_replaced) metrics_.programs_replaced(applied.programs_replaced);
   if (applied.programs_now) count_programs(w, *applied.programs_now);
   for (const auto& warning : applied.warnings) log::warn(warning, w.log_fields());
-  const SettledGrants& settled = step.settled;
+  SettledGrants& settled = step.settled;
   if (settled.retry_at) hooks_.retry(w, *settled.retry_at - Clock::now(), trigger);
   report_refusals(w, settled);
   if (settled.granted.empty()) return;
   if (!settled.persist.empty()) persist(w, settled.persist);
   // An earlier repair still waiting for its attribution has its own cause (or none).
   if (!w.unlogged.grants.empty() && w.unlogged.trigger != trigger) log_grants(w);
-  w.unlogged.grants.insert(w.unlogged.grants.end(), settled.granted.begin(), settled.granted.end());
+  if (w.unlogged.grants.empty())
+    w.unlogged.grants = std::move(settled.granted);  // the step ends here: no copy
+  else
+    w.unlogged.grants.insert(w.unlogged.grants.end(), settled.granted.begin(), settled.granted.end());
   if (w.unlogged.trigger == Clock::time_point{}) {
     w.unlogged.trigger = trigger;
     w.unlogged.repair_time = repair_time;

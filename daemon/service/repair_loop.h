@@ -57,7 +57,7 @@ class RepairLoop {
 
  private:
   void report_plan(WatchedContainer& w, const RepairStep& step, Clock::time_point trigger);
-  void report_grants(WatchedContainer& w, const RepairStep& step, Clock::time_point trigger);
+  void report_grants(WatchedContainer& w, RepairStep& step, Clock::time_point trigger);
   void report_refusals(WatchedContainer& w, const SettledGrants& settled);
   void persist(WatchedContainer& w, const std::vector<WantedDevice>& devices);
   void persist_answered(const std::string& dir, const std::vector<WantedDevice>& devices, const std::string& unit,
