@@ -45,19 +45,31 @@ bool needs_quotes(std::string_view value) {
 
 }  // namespace
 
+void append_escaped_text(std::string& out, std::string_view text) {
+  append_escaped(out, text, /*escape_quote=*/false);
+}
+
 std::string escape_text(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  append_escaped(out, text, /*escape_quote=*/false);
+  append_escaped_text(out, text);
   return out;
 }
 
-std::string logfmt_value(std::string_view value) {
-  if (!needs_quotes(value)) return std::string(value);
-  std::string out = "\"";
-  out.reserve(value.size() + 2);
+void append_logfmt_value(std::string& out, std::string_view value) {
+  if (!needs_quotes(value)) {
+    out.append(value);
+    return;
+  }
+  out += '"';
   append_escaped(out, value, /*escape_quote=*/true);
   out += '"';
+}
+
+std::string logfmt_value(std::string_view value) {
+  std::string out;
+  out.reserve(value.size() + 2);
+  append_logfmt_value(out, value);
   return out;
 }
 

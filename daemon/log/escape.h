@@ -11,9 +11,11 @@ namespace gdw::log {
 // Free text: every control byte (< 0x20, 0x7f) and the backslash escaped (\n \r \t \\,
 // \u00NN for the rest), so the result is one line and reads back unambiguously.
 std::string escape_text(std::string_view text);
+void append_escaped_text(std::string& out, std::string_view text);  // the same, onto `out`
 
 // A logfmt value: bare when it has no space, '=', '"', backslash or control byte; else
 // quoted, with \" \\ \n \r \t \u00NN inside.
 std::string logfmt_value(std::string_view value);
+void append_logfmt_value(std::string& out, std::string_view value);  // the same, onto `out`
 
 }  // namespace gdw::log

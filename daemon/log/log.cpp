@@ -77,7 +77,7 @@ void append_field(std::string& line, const char* key, std::string_view value) {
   line += ' ';
   line += key;
   line += '=';
-  line += logfmt_value(value);
+  append_logfmt_value(line, value);
 }
 
 }  // namespace
@@ -116,7 +116,11 @@ void write(Level level, std::string_view message, const Fields& f) {
     if (sd_journal_sendv(iov.data(), static_cast<int>(iov.size())) >= 0) return;
   }
   // Whatever a caller put in the message (tenant strings included) stays on this line.
-  std::string line = escape_text(message);
+  // One buffer for the whole line: a storm's repairs log one each.
+  std::string line;
+  line.reserve(message.size() + f.pod_namespace.size() + f.pod.size() + f.container.size() + f.device.size() +
+               f.rule.size() + f.cgroup.size() + f.writer.size() + 96);
+  append_escaped_text(line, message);
   append_field(line, "namespace", f.pod_namespace);
   append_field(line, "pod", f.pod);
   append_field(line, "container", f.container);

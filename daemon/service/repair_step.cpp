@@ -6,17 +6,16 @@ RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::stri
                        const DesiredDevices& desired, bool persistable, Clock::time_point now,
                        const RepairSettings& settings, bool all_denied_seen) {
   RepairStep step;
-  if (all_denied_seen && !access.policy_in_programs() && settings.mode == Mode::kEnforce)
-    step.observed = DeviceState{desired.wanted, {}};
-  else
-    step.observed = access.observe(cgroup_dir, desired);
+  // Every wanted device was denied by the write the probe saw: nothing to read.
+  const bool all_missing = all_denied_seen && !access.policy_in_programs() && settings.mode == Mode::kEnforce;
+  step.observed = all_missing ? Result<DeviceState>(DeviceState{}) : access.observe(cgroup_dir, desired);
   if (!step.observed) {
     step.gone = is_cgroup_gone(step.observed.error());
     step.report_read_error = !step.gone && state.read_error_reported.first();
     return step;
   }
   state.read_error_reported.reset();
-  step.plan = plan_repair(state, step.observed->missing, now, settings);
+  step.plan = plan_repair(state, all_missing ? desired.wanted : step.observed->missing, now, settings);
   if (step.plan.grant.empty()) return step;
   step.applied = access.grant(cgroup_dir, desired.wanted, step.plan.grant);
   step.settled = settle_grants(state, step.applied->devices, desired.wanted, persistable, now, settings);

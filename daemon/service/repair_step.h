@@ -12,6 +12,8 @@
 namespace gdw {
 
 struct RepairStep {
+  // What the check read; nothing (an empty state) when it took every wanted device as
+  // missing without reading (`all_denied_seen` below).
   Result<DeviceState> observed = Error{"not observed"};
   RepairPlan plan;
   std::optional<GrantReport> applied;  // when the plan granted something
