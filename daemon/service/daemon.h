@@ -102,6 +102,9 @@ class Daemon {
   void check_all(Clock::time_point trigger, const std::function<bool(const Watched&)>& which);
   // true: a check changed what the gauges count (or dropped a container).
   bool check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs);
+  bool check_ids(Clock::time_point trigger, const std::vector<std::uint64_t>& cgroup_ids);
+  // Whether the check moved what the gauges count (or dropped the container).
+  bool check_one(Watched& w, Clock::time_point trigger);
   void check_gpu_containers();
   void schedule_retry(Watched& w, Clock::duration delay, Clock::time_point trigger);
   void on_retry(const std::string& dir);

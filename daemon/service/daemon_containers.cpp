@@ -89,7 +89,8 @@ void Daemon::watch_restoring_writes(Watched& w) {
   w.restoring_wds.clear();
   if (!wanted) return;
   for (const auto& file : access_->restoring_rule_files()) {
-    int wd = watches_->add(w.cgroup.cgroup_dir + "/" + file, IN_MODIFY, {WatchTarget::kContainerFile, w.cgroup.cgroup_dir});
+    int wd = watches_->add(w.cgroup.cgroup_dir + "/" + file, IN_MODIFY,
+                          {WatchTarget::kContainerFile, w.cgroup.cgroup_dir, w.cgroup_id});
     if (wd >= 0) w.restoring_wds.push_back(wd);
   }
 }
@@ -99,7 +100,8 @@ void Daemon::start_watching(Watched& w) {
   // programs have none: the probe's program events, systemd's Reloading and the program
   // query timer stand in.
   for (const auto& file : access_->rule_files()) {
-    int wd = watches_->add(w.cgroup.cgroup_dir + "/" + file, IN_MODIFY, {WatchTarget::kContainerFile, w.cgroup.cgroup_dir});
+    int wd = watches_->add(w.cgroup.cgroup_dir + "/" + file, IN_MODIFY,
+                          {WatchTarget::kContainerFile, w.cgroup.cgroup_dir, w.cgroup_id});
     if (wd >= 0) w.wds.push_back(wd);
   }
   log::info("watching GPU container (" + access_->description() + "), wants " + device_names(w.target.desired.wanted),
@@ -152,13 +154,21 @@ void Daemon::check_all(Clock::time_point trigger, const std::function<bool(const
 bool Daemon::check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs) {
   bool gauges_moved = false;
   // check_and_repair may drop a container whose cgroup vanished: look each up by name.
-  for (const auto& dir : dirs) {
-    Watched* w = containers_.find(dir);
-    if (!w) continue;
-    const auto before = w->gauge_inputs();
-    gauges_moved |= !check_and_repair(*w, trigger) || w->gauge_inputs() != before;
-  }
+  for (const auto& dir : dirs)
+    if (Watched* w = containers_.find(dir)) gauges_moved |= check_one(*w, trigger);
   return gauges_moved;
+}
+
+bool Daemon::check_ids(Clock::time_point trigger, const std::vector<std::uint64_t>& cgroup_ids) {
+  bool gauges_moved = false;
+  for (std::uint64_t id : cgroup_ids)
+    if (Watched* w = containers_.by_cgroup_id(id)) gauges_moved |= check_one(*w, trigger);
+  return gauges_moved;
+}
+
+bool Daemon::check_one(Watched& w, Clock::time_point trigger) {
+  const auto before = w.gauge_inputs();
+  return !check_and_repair(w, trigger) || w.gauge_inputs() != before;
 }
 
 void Daemon::check_gpu_containers() {

@@ -125,6 +125,7 @@ void Daemon::on_inotify() {
   // most one budget of records, rule writes before denied opens) so the repair names the writer.
   probe_->drain();
   std::vector<std::string> dirty;  // container directories to check (deduplicated below)
+  std::vector<std::uint64_t> dirty_ids;  // ... of containers known by cgroup id (most)
   bool only_rule_writes = true;    // else the batch may add, drop or re-resolve containers
   for (const auto& ev : *events) {
     if (ev.mask & IN_Q_OVERFLOW) {
@@ -140,7 +141,10 @@ void Daemon::on_inotify() {
       continue;
     }
     if (found->kind == WatchTarget::kContainerFile) {  // a storm's event: nothing else to do now
-      dirty.push_back(found->path);
+      if (found->cgroup_id)
+        dirty_ids.push_back(found->cgroup_id);
+      else
+        dirty.push_back(found->path);
       continue;
     }
     const WatchTarget target = *found;  // handling it may drop the watch
@@ -149,8 +153,11 @@ void Daemon::on_inotify() {
   }
   std::sort(dirty.begin(), dirty.end());
   dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
+  std::sort(dirty_ids.begin(), dirty_ids.end());
+  dirty_ids.erase(std::unique(dirty_ids.begin(), dirty_ids.end()), dirty_ids.end());
   // A storm's revoke-and-repair leaves every count as it was: no O(N) gauge walk for it.
-  if (check_dirs(trigger, dirty) || !only_rule_writes) gauges_changed();
+  const bool moved = check_ids(trigger, dirty_ids);
+  if (check_dirs(trigger, dirty) || moved || !only_rule_writes) gauges_changed();
 }
 
 void Daemon::on_watch_event(const WatchTarget& target, const Inotify::Event& ev, Clock::time_point trigger,

@@ -15,6 +15,9 @@ namespace gdw {
 struct WatchTarget {
   enum Kind { kContainerFile, kTreeDir, kParentDenyFile, kCheckpointDir, kBundleDir, kDevDir, kCdiDir } kind;
   std::string path;  // the directory concerned
+  // kContainerFile: the container's cgroup id when known (it never changes for a watched
+  // container): an event resolves by it, no path copied or hashed on a storm's hot path.
+  std::uint64_t cgroup_id = 0;
 };
 
 class WatchRegistry {
