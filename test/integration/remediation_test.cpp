@@ -171,19 +171,20 @@ TEST(UnitRestart, SilentBusCostsOnlyTheTimeout) {
   Loop loop;
   RestartOutcome outcome;
 
+  // A bus timeout long enough that a loaded 2-CPU machine running the suite in parallel
+  // cannot blur "start() waited for it" with scheduling delay (a 100 ms bound on a 300 ms
+  // timeout failed there once).
   const auto before = Clock::now();
-  auto restart = UnitRestart::start(loop.get(), {"unix:path=" + (dir / "bus"), "kubelet.service", 300ms},
+  auto restart = UnitRestart::start(loop.get(), {"unix:path=" + (dir / "bus"), "kubelet.service", 2000ms},
                                     record_into(outcome));
-  // Well below the 300 ms a wait for the silent bus would take, with room for a loaded
-  // 2-CPU machine running the suite in parallel (5 ms failed there once).
-  EXPECT_LT(Clock::now() - before, 100ms) << "start() waited for the bus";
+  EXPECT_LT(Clock::now() - before, 1000ms) << "start() waited for the bus";
 
   ASSERT_TRUE(restart.ok()) << restart.error().message;
-  ASSERT_TRUE(loop.run_until([&] { return outcome.job.has_value(); }, 5s));
+  ASSERT_TRUE(loop.run_until([&] { return outcome.job.has_value(); }, 10s));
   ASSERT_FALSE(outcome.job->ok());
-  EXPECT_TRUE(contains(outcome.job->error().message, "no answer within 300ms"));
-  EXPECT_GE(outcome.at - before, 290ms);
-  EXPECT_LT(outcome.at - before, 1500ms);
+  EXPECT_TRUE(contains(outcome.job->error().message, "no answer within 2s"));
+  EXPECT_GE(outcome.at - before, 1990ms);
+  EXPECT_LT(outcome.at - before, 5000ms);
 }
 
 TEST(UnitRestart, DoneMayDestroyTheRestart) {
