@@ -256,7 +256,7 @@ const std::map<std::string, Setter>& setters() {
       {"daemon.program_query_interval",
        [](auto& n, Config& c) { return as_duration(n, c.daemon.program_query_interval, D{100}, D{3600000}); }},
       {"daemon.event_loop_slice_us", [](auto& n, Config& c) -> Problem {
-         // The kernel takes 100 us to 100 ms (EEVDF's clamp); 0 asks for nothing.
+         // The kernel takes 100 us to 100 ms (EEVDF's clamp); 0 gives its default back.
          if (auto p = as_uint(n, c.daemon.event_loop_slice_us, 0, 100000)) return p;
          if (c.daemon.event_loop_slice_us != 0 && c.daemon.event_loop_slice_us < 100)
            return "must be 0 or between 100 and 100000, got " + n.Scalar();
