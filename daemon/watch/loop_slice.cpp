@@ -47,7 +47,7 @@ const char* policy_name(std::uint32_t policy) {
 SliceDecision decide_slice(const ThreadScheduling& now) {
   // Whoever chose another policy for the daemon (a unit's CPUSchedulingPolicy=) meant it.
   if (now.policy != SCHED_OTHER)
-    return {false, std::string("the process runs under ") + policy_name(now.policy) + ", left as it is"};
+    return {false, std::string("the thread runs under ") + policy_name(now.policy) + ", an operator's choice"};
   return {true, {}};
 }
 
