@@ -163,8 +163,7 @@ void Daemon::on_inotify() {
 void Daemon::on_watch_event(const WatchTarget& target, const Inotify::Event& ev, Clock::time_point trigger,
                             std::vector<std::string>& dirty) {
   switch (target.kind) {
-    case WatchTarget::kContainerFile:
-      dirty.push_back(target.path);
+    case WatchTarget::kContainerFile:  // on_inotify resolves these itself (by cgroup id)
       break;
     case WatchTarget::kParentDenyFile:
       for (const auto& [dir, w] : containers_)

@@ -32,6 +32,10 @@ Result<KernelSchedAttr> get_attr() {
   return attr;
 }
 
+ThreadScheduling scheduling_of(const KernelSchedAttr& attr) {
+  return ThreadScheduling{attr.sched_policy, attr.sched_nice, attr.sched_runtime};
+}
+
 const char* policy_name(std::uint32_t policy) {
   switch (policy) {
     case SCHED_BATCH: return "SCHED_BATCH";
@@ -54,14 +58,13 @@ SliceDecision decide_slice(const ThreadScheduling& now) {
 Result<ThreadScheduling> read_thread_scheduling() {
   auto attr = get_attr();
   if (!attr) return attr.error();
-  return ThreadScheduling{attr->sched_policy, attr->sched_nice, attr->sched_runtime};
+  return scheduling_of(*attr);
 }
 
 Result<std::uint64_t> request_loop_slice(std::chrono::microseconds slice) {
   auto attr = get_attr();
   if (!attr) return attr.error();
-  const ThreadScheduling now{attr->sched_policy, attr->sched_nice, attr->sched_runtime};
-  const SliceDecision decision = decide_slice(now);
+  const SliceDecision decision = decide_slice(scheduling_of(*attr));
   if (!decision.request) return errno_error(EPERM, decision.reason);
   const auto wanted_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(slice).count());
   KernelSchedAttr set = *attr;  // policy and nice as they are
