@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,15 @@ inline double cpu_clock_ms(pid_t pid) {
   timespec ts{};
   if (::clock_getcpuclockid(pid, &id) != 0 || ::clock_gettime(id, &ts) != 0) return -1;
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// The CPU time of one thread (the repairer's main thread, its event loop) in ms, from
+// /proc/<pid>/task/<tid>/schedstat (ns on CPU): a thread's CPU-time clock cannot be read
+// from another process.
+inline double thread_cpu_ms(pid_t pid, pid_t tid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat");
+  double ns = -1;
+  return in >> ns ? ns / 1e6 : -1;
 }
 
 class Repairer {

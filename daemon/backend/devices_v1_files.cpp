@@ -95,6 +95,11 @@ DevicesV1Files::Handle DevicesV1Files::open_file(const std::string& cgroup_dir, 
   return {fd, false, false};
 }
 
+void DevicesV1Files::open_allow_ahead(const std::string& cgroup_dir) {
+  Handle allow = open_file(cgroup_dir, /*list=*/false);
+  if (allow.owned && allow.fd >= 0) ::close(allow.fd);  // (not kept: the grant opens it then)
+}
+
 void DevicesV1Files::drop(const std::string& cgroup_dir, bool list) {
   Kept* k = kept(cgroup_dir);
   if (!k) return;
@@ -113,7 +118,10 @@ Result<std::string> DevicesV1Files::read_list(const std::string& cgroup_dir) {
     std::string text;
     const int err = -read_all_at_zero(h.fd, text);
     if (h.owned) ::close(h.fd);
-    if (!err) return text;
+    if (!err) {
+      if (!h.owned && !h.kept_before) open_allow_ahead(cgroup_dir);
+      return text;
+    }
     if (!h.owned) drop(cgroup_dir, /*list=*/true);
     // A descriptor kept from before fails once its cgroup is removed: open the path again
     // (a re-created cgroup is read afresh, a gone one says ENOENT).

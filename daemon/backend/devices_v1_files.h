@@ -4,6 +4,9 @@
 // The files of the containers being repaired are kept open between repairs: a storm re-checks the same containers hundreds of times a second,
 // and each open() walks the whole cgroupfs path (a third of a repair's cost, measured with
 // bench/storm). A re-read is a pread at 0, which restarts the kernel's seq_file.
+// devices.allow is opened along with devices.list at a cgroup's first look: its first
+// grant then comes without that walk too, and a node-wide storm is often a container's
+// first.
 //
 // Only files on cgroupfs are kept: a removed cgroup's open file then fails with ENODEV
 // instead of showing stale rules, and the path is opened again once (a cgroup re-created
@@ -55,6 +58,7 @@ class DevicesV1Files {
   // The descriptor of devices.list (`list`) or devices.allow of `cgroup_dir`.
   Handle open_file(const std::string& cgroup_dir, bool list);
   void drop(const std::string& cgroup_dir, bool list);
+  void open_allow_ahead(const std::string& cgroup_dir);
   // The files kept for `cgroup_dir`, or null.
   Kept* kept(const std::string& cgroup_dir);
 

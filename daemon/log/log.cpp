@@ -1,9 +1,9 @@
 #include "log/log.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 #include <syslog.h>
 #define SD_JOURNAL_SUPPRESS_LOCATION
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <systemd/sd-journal.h>
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "log/escape.h"
+#include "log/held_lines_sink.h"
 
 namespace gdw::log {
 namespace {
@@ -20,6 +21,7 @@ namespace {
 bool g_journal = false;
 Level g_level = Level::kInfo;
 std::shared_ptr<spdlog::logger> g_logger;
+std::shared_ptr<HeldLinesSink> g_sink;
 
 Level parse_level(const std::string& s) {
   if (s == "trace") return Level::kTrace;
@@ -62,14 +64,15 @@ bool stderr_is_journal() {
   return st.st_dev == dev && st.st_ino == ino;
 }
 
-std::shared_ptr<spdlog::logger> logger() {
+spdlog::logger& logger() {  // a reference: no shared_ptr count changes per line
   if (!g_logger) {
-    g_logger = std::make_shared<spdlog::logger>("gpu-devwatch", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    g_sink = std::make_shared<HeldLinesSink>(STDERR_FILENO);
+    g_logger = std::make_shared<spdlog::logger>("gpu-devwatch", g_sink);
     g_logger->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l %v", spdlog::pattern_time_type::utc);
     g_logger->set_level(to_spdlog(g_level));
-    g_logger->flush_on(spdlog::level::trace);
+    // No flush_on: the sink writes each line itself, or its writer thread does.
   }
-  return g_logger;
+  return *g_logger;
 }
 
 void append_field(std::string& line, const char* key, std::string_view value) {
@@ -89,10 +92,22 @@ void init(const std::string& level) {
 
 void set_level(const std::string& level) {
   g_level = parse_level(level);
-  logger()->set_level(to_spdlog(g_level));
+  logger().set_level(to_spdlog(g_level));
 }
 
 bool to_journal() { return g_journal; }
+
+void write_in_batches(std::chrono::microseconds hold) {
+  logger();
+  if (!g_journal) g_sink->start_writer(hold);
+}
+
+void write_directly() {
+  logger();
+  g_sink->stop_writer();
+}
+
+void flush() { logger().flush(); }
 
 void write(Level level, std::string_view message, const Fields& f) {
   if (level < g_level) return;
@@ -128,7 +143,7 @@ void write(Level level, std::string_view message, const Fields& f) {
   append_field(line, "rule", f.rule);
   append_field(line, "cgroup", f.cgroup);
   append_field(line, "writer", f.writer);
-  logger()->log(to_spdlog(level), line);
+  logger().log(to_spdlog(level), line);
 }
 
 }  // namespace gdw::log

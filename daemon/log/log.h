@@ -4,6 +4,7 @@
 // Text lines are logfmt-escaped (log/escape.h): no message or field can start a new line.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,15 @@ struct Fields {
 void init(const std::string& level);
 void set_level(const std::string& level);
 bool to_journal();
+
+// Text lines (not journal entries) from now on go to a writer thread, which writes them in
+// batches at most `hold` after a batch's first line; warnings and errors at once
+// (log/held_lines_sink.h says why). Order is kept; nothing is dropped.
+void write_in_batches(std::chrono::microseconds hold);
+// Writes what is pending and stops the thread: each line is written as it is logged again.
+void write_directly();
+// Returns once every line logged so far is written.
+void flush();
 
 void write(Level level, std::string_view message, const Fields& fields = {});
 inline void debug(std::string_view m, const Fields& f = {}) { write(Level::kDebug, m, f); }

@@ -16,6 +16,10 @@ namespace {
 using std::chrono::duration_cast;
 using std::chrono::microseconds;
 
+// How long a log line may wait for the rest of its batch: unnoticeable to whoever reads
+// the log, and what a SIGKILL can lose of it at most.
+constexpr microseconds kLogHold{5000};
+
 // /healthz's limit: systemd's WatchdogSec when the service manager set one (it kills a loop
 // stalled that long anyway), else metrics.health_stale_after.
 Clock::duration health_stale_after(const Config& config) {
@@ -68,7 +72,10 @@ int Daemon::run() {
     return 1;
   }
   apply_loop_slice();  // on the loop's own thread, which runs it from here
+  // A storm's repairs log one line each: written in batches, off the loop.
+  log::write_in_batches(kLogHold);
   int code = loop_->run();
+  log::write_directly();
   sd_notify(0, "STOPPING=1");
   log::info("stopped");
   return code;

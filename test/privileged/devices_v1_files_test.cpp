@@ -40,6 +40,7 @@ TEST_F(DevicesV1FilesTest, KeptDescriptorsSeeEveryChangeOfTheCgroup) {
   auto before = files.read_list(dir_);
   ASSERT_TRUE(before) << before.error().message;
   EXPECT_FALSE(lists_gpu0(*before));
+  EXPECT_EQ(files.open_files(), 2u) << "devices.allow is opened with the first look";
   auto granted = files.write_grants(dir_, {kGpu0});
   ASSERT_EQ(granted.size(), 1u);
   EXPECT_TRUE(granted[0].ok()) << granted[0].error().message;
@@ -100,7 +101,7 @@ TEST_F(DevicesV1FilesTest, ForgetClosesAndTheLimitIsKept) {
   ASSERT_EQ(sandbox_->deny("d", "a"), 0);
   ASSERT_TRUE(files.read_list(dir_));
   ASSERT_TRUE(files.read_list(other));
-  EXPECT_EQ(files.open_files(), 1u) << "only one cgroup's files kept";
+  EXPECT_EQ(files.open_files(), 2u) << "only one cgroup's files kept (both of them)";
   ASSERT_TRUE(files.write_grants(other, {kGpu0})[0].ok()) << "beyond the limit: opened per call";
   EXPECT_TRUE(lists_gpu0(*files.read_list(other)));
   files.forget(dir_);
