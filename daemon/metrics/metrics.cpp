@@ -321,10 +321,6 @@ void Metrics::drift(const ContainerLabels& c, const std::string& device) {
   container_counter(counters(Id::kDrift), c, "device", device).Increment();
 }
 
-void Metrics::start_drift_count(const ContainerLabels& c, const std::string& device) {
-  container_counter(counters(Id::kDrift), c, "device", device);
-}
-
 void Metrics::regrant(bool success, const std::string& method, std::size_t count) {
   prometheus::Counter*& series = regrant_series_[{success, method}];
   if (!series) series = &counters(Id::kRegrants).Add({{"result", success ? "success" : "error"}, {"method", method}});

@@ -78,8 +78,6 @@ class Metrics {
 
   // Repairs
   void drift(const ContainerLabels& c, const std::string& device);
-  // The container's drift count for `device`, made at 0 if it is not there yet.
-  void start_drift_count(const ContainerLabels& c, const std::string& device);
   void regrant(bool success, const std::string& method, std::size_t count = 1);  // method: cgroupfs | bpf | systemd
   void repair_duration(double seconds);
   void throttled(const ContainerLabels& c);

@@ -72,11 +72,6 @@ void Daemon::apply_target(Watched& w, ContainerTarget target) {
   } else if (!is_gpu && was_gpu) {
     stop_watching(w);
   }
-  // Each wanted device's drift count exists from the start, at 0: a container's first drift
-  // then shows in increase() and rate() (a series born at 1 does not), and a node-wide
-  // storm does not make 4 series per container on the way.
-  if (is_gpu && w.target.identity)
-    for (const auto& d : w.target.desired.wanted) metrics_.start_drift_count(w.labels, d.name);
   // Exposure and env-only GPUs (node/exposure.h, core/env_visible.h): per resolve, not per repair.
   if (w.target.identity)
     metrics_.set_container_exposure(w.labels, is_gpu ? std::optional(w.target.exposure.exposed.size()) : std::nullopt,
