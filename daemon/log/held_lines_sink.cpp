@@ -5,16 +5,22 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <system_error>
 
 namespace gdw::log {
 
-void HeldLinesSink::start_writer(std::chrono::microseconds hold) {
+bool HeldLinesSink::start_writer(std::chrono::microseconds hold) {
   std::lock_guard lock(mutex_);
-  if (writer_running_) return;
+  if (writer_running_) return true;
   hold_ = hold;
-  writer_running_ = true;
-  writer_ = std::thread([this] { writer_main(); });
+  try {
+    writer_ = std::thread([this] { writer_main(); });
+  } catch (const std::system_error&) {
+    return false;  // no thread to be had: every line is written by its caller, as before
+  }
+  writer_running_ = true;  // (the thread waits for the mutex held here before it looks)
   pthread_setname_np(writer_.native_handle(), "log-writer");
+  return true;
 }
 
 void HeldLinesSink::stop_writer() {

@@ -33,8 +33,9 @@ class HeldLinesSink final : public spdlog::sinks::base_sink<std::mutex> {
   ~HeldLinesSink() override { stop_writer(); }
 
   // Starts the writer thread: from now on lines are handed to it and written at most
-  // `hold` after the first of their batch. No-op while it runs.
-  void start_writer(std::chrono::microseconds hold);
+  // `hold` after the first of their batch. No-op while it runs. false: no thread could be
+  // started, lines are still written by their callers.
+  bool start_writer(std::chrono::microseconds hold);
   // Writes what is pending and joins the thread; lines are written directly again.
   void stop_writer();
 

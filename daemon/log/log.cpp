@@ -97,9 +97,9 @@ void set_level(const std::string& level) {
 
 bool to_journal() { return g_journal; }
 
-void write_in_batches(std::chrono::microseconds hold) {
+bool write_in_batches(std::chrono::microseconds hold) {
   logger();
-  if (!g_journal) g_sink->start_writer(hold);
+  return g_journal || g_sink->start_writer(hold);
 }
 
 void write_directly() {

@@ -29,8 +29,9 @@ bool to_journal();
 
 // Text lines (not journal entries) from now on go to a writer thread, which writes them in
 // batches at most `hold` after a batch's first line; warnings and errors at once
-// (log/held_lines_sink.h says why). Order is kept; nothing is dropped.
-void write_in_batches(std::chrono::microseconds hold);
+// (log/held_lines_sink.h says why). Order is kept; nothing is dropped. false: the thread
+// could not be started, and each line is written as it is logged.
+bool write_in_batches(std::chrono::microseconds hold);
 // Writes what is pending and stops the thread: each line is written as it is logged again.
 void write_directly();
 // Returns once every line logged so far is written.

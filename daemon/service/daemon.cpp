@@ -73,7 +73,7 @@ int Daemon::run() {
   }
   apply_loop_slice();  // on the loop's own thread, which runs it from here
   // A storm's repairs log one line each: written in batches, off the loop.
-  log::write_in_batches(kLogHold);
+  if (!log::write_in_batches(kLogHold)) log::warn("log lines are written by the event loop: no writer thread");
   int code = loop_->run();
   log::write_directly();
   sd_notify(0, "STOPPING=1");
