@@ -3,11 +3,12 @@
 // it), lines are handed over and written in batches.
 //
 // Why: a node-wide re-apply storm repairs every GPU container within milliseconds and
-// each repair logs a line. One write() per line was about a fifth of the daemon's CPU in
-// such a storm (bench/storm: 128 lines and writes per storm), and a write() on the event
-// loop delays the next repair by as long as it takes (or forever, on a stderr pipe nobody
-// reads). The writer thread waits up to `hold` after a batch's first line, then writes the
-// batch in one call; warnings and errors are written without waiting.
+// each repair logs a line. Written on the event loop, one write() per line was about 8 %
+// of the loop's time in such a storm (perf on bench/storm, 128 lines a storm), and each
+// delays the next repair by as long as it takes (or for good, on a stderr pipe nobody
+// reads). Here the loop only formats the line and hands it over; the writer thread waits
+// up to `hold` after a batch's first line, then writes the batch in one call. Warnings and
+// errors are written without waiting.
 //
 // Nothing is lost and the order is kept: lines are written in the order they were logged.
 // Past kMaxPending bytes pending (beside the batch being written) a logging thread waits
