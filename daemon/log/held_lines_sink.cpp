@@ -43,7 +43,7 @@ void HeldLinesSink::sink_it_(const spdlog::details::log_msg& msg) {
   spdlog::memory_buf_t line;
   formatter_->format(msg, line);
   if (!writer_running_) {
-    write_all(std::string(line.data(), line.size()));
+    write_all(std::string_view(line.data(), line.size()));
     return;
   }
   if (pending_.size() > kMaxPending) {
@@ -51,7 +51,7 @@ void HeldLinesSink::sink_it_(const spdlog::details::log_msg& msg) {
     wake_.notify_one();
     written_.wait(mutex_, [&] { return pending_.size() <= kMaxPending || !writer_running_; });
     if (!writer_running_) {
-      write_all(std::string(line.data(), line.size()));
+      write_all(std::string_view(line.data(), line.size()));
       return;
     }
   }
@@ -93,7 +93,7 @@ void HeldLinesSink::writer_main() {
   }
 }
 
-void HeldLinesSink::write_all(const std::string& text) {
+void HeldLinesSink::write_all(std::string_view text) {
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace gdw::log {
@@ -46,7 +47,7 @@ class HeldLinesSink final : public spdlog::sinks::base_sink<std::mutex> {
 
  private:
   void writer_main();
-  void write_all(const std::string& text);
+  void write_all(std::string_view text);
 
   int fd_;
   std::chrono::microseconds hold_{0};

@@ -107,8 +107,6 @@ void write_directly() {
   g_sink->stop_writer();
 }
 
-void flush() { logger().flush(); }
-
 void write(Level level, std::string_view message, const Fields& f) {
   if (level < g_level) return;
   if (g_journal) {

@@ -34,8 +34,6 @@ bool to_journal();
 bool write_in_batches(std::chrono::microseconds hold);
 // Writes what is pending and stops the thread: each line is written as it is logged again.
 void write_directly();
-// Returns once every line logged so far is written.
-void flush();
 
 void write(Level level, std::string_view message, const Fields& fields = {});
 inline void debug(std::string_view m, const Fields& f = {}) { write(Level::kDebug, m, f); }
