@@ -1,9 +1,13 @@
 // What the probe costs unrelated processes: ns per write() to /dev/null, per
-// openat()+close() of a regular file and per mmap()+munmap() of a private writable page
-// (which passes a CAP_SYS_ADMIN check, where the always-on program runs), in three
-// configurations alternating in the same run:
+// openat()+close() of a regular file, per mmap()+munmap() of a private writable page
+// (which passes a CAP_SYS_ADMIN check, where the always-on program runs), and two calls
+// that allocate with kmalloc, where the attach hook's program runs (it returns after one
+// comparison of the call site): a read of /proc/self/stat (seq_file's buffer) and a 4000
+// byte send+receive on a unix socket (the skb's data). Four configurations alternate in the
+// same run:
 //   none      no probe
 //   probe     the probe as the daemon runs it by default (syscall hook detached)
+//   noattach  the same without the attach hook (probe.attach_hook's cost alone)
 //   hook      the probe with its syscall hook attached (while a GPU container misses
 //             devices, or probe.syscall_hook: always)
 // The loops run in a worker process forked before any probe is loaded, so the probe's
@@ -12,9 +16,11 @@
 // worker's), as in a daemon that watches GPU containers.
 //
 //   probe_overhead [rounds] [writes-per-round] [opens-per-round] [mmaps-per-round]
+// (the /proc and socket loops run as many calls as the open loop)
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,6 +72,36 @@ double time_mmaps(long calls) {
   return ns_per_call(start, Clock::now(), calls);
 }
 
+double time_proc_reads(long calls) {
+  char buf[4096];
+  auto start = Clock::now();
+  for (long i = 0; i < calls; ++i) {
+    int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::read(fd, buf, sizeof buf) <= 0) std::abort();
+    ::close(fd);
+  }
+  return ns_per_call(start, Clock::now(), calls);
+}
+
+double time_socket_round_trips(long calls) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) std::abort();
+  static char buf[4000];
+  auto start = Clock::now();
+  for (long i = 0; i < calls; ++i) {
+    if (::send(pair[0], buf, sizeof buf, 0) != sizeof buf) std::abort();
+    for (std::size_t got = 0; got < sizeof buf;) {
+      ssize_t n = ::recv(pair[1], buf + got, sizeof buf - got, 0);
+      if (n <= 0) std::abort();
+      got += static_cast<std::size_t>(n);
+    }
+  }
+  const double ns = ns_per_call(start, Clock::now(), calls);
+  ::close(pair[0]);
+  ::close(pair[1]);
+  return ns;
+}
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   std::size_t mid = values.size() / 2;
@@ -88,8 +124,10 @@ class Worker {
         long calls;
       } request;
       while (::read(requests[0], &request, sizeof(request)) == sizeof(request)) {
-        double ns = request.loop == 'w' ? time_writes(null_fd, request.calls)
+        double ns = request.loop == 'w'   ? time_writes(null_fd, request.calls)
                     : request.loop == 'o' ? time_opens(file, request.calls)
+                    : request.loop == 'p' ? time_proc_reads(request.calls)
+                    : request.loop == 'u' ? time_socket_round_trips(request.calls)
                                           : time_mmaps(request.calls);
         if (::write(answers[1], &ns, sizeof(ns)) != sizeof(ns)) _exit(1);
       }
@@ -121,12 +159,13 @@ class Worker {
   int to_ = -1, from_ = -1;
 };
 
-enum Mode { kNone, kProbe, kHook, kModes };
-const char* const kModeNames[kModes] = {"none", "probe", "hook"};
+enum Mode { kNone, kProbe, kNoAttachHook, kHook, kModes };
+const char* const kModeNames[kModes] = {"none", "probe", "noattach", "hook"};
 
-std::unique_ptr<gdw::Probe> load_probe(bool hook) {
+std::unique_ptr<gdw::Probe> load_probe(Mode mode) {
   gdw::ProbeOptions options;
-  options.syscall_hook = hook;
+  options.syscall_hook = mode == kHook;
+  options.attach_hook = mode != kNoAttachHook;
   auto probe = gdw::Probe::load(options);
   if (!probe) {
     std::fprintf(stderr, "probe_overhead: %s\n", probe.error().message.c_str());
@@ -137,6 +176,10 @@ std::unique_ptr<gdw::Probe> load_probe(bool hook) {
     if (!(*probe)->watch_cgroup(id)) std::exit(1);
   }
   if (!(*probe)->watch_major(195)) std::exit(1);
+  if (mode != kNoAttachHook && !(*probe)->attach_hook()) {
+    std::fprintf(stderr, "probe_overhead: no attach hook: %s\n", (*probe)->attach_hook_problem().c_str());
+    std::exit(1);
+  }
   return std::move(*probe);
 }
 
@@ -160,26 +203,36 @@ int main(int argc, char** argv) {
   if (null_fd < 0) return 1;
   Worker worker(null_fd, file);
 
+  // The loops: the call, its letter for the worker, and calls per round.
+  struct Loop {
+    const char* call;
+    char letter;
+    long calls;
+    std::vector<double> ns[kModes];
+  };
+  Loop loops[] = {{"write(/dev/null, 1)", 'w', writes, {}},
+                  {"openat+close(regular)", 'o', opens, {}},
+                  {"mmap+munmap(4 KiB)", 'm', mmaps, {}},
+                  {"read(/proc/self/stat)", 'p', opens, {}},
+                  {"unix send+recv 4000 B", 'u', opens, {}}};
   // Warm caches and the dentry before measuring.
-  worker.run('w', writes / 10);
-  worker.run('o', opens / 10);
-  worker.run('m', mmaps / 10);
+  for (const auto& loop : loops) worker.run(loop.letter, loop.calls / 10);
 
-  std::vector<double> write_ns[kModes], open_ns[kModes], mmap_ns[kModes];
-  std::printf("%-5s %-6s %14s %14s %14s\n", "round", "mode", "write ns/call", "openat ns/call", "mmap ns/call");
+  std::printf("%-5s %-8s", "round", "mode");
+  for (const auto& loop : loops) std::printf(" %22s", loop.call);
+  std::printf("   (ns per call)\n");
   for (int round = 0; round < rounds; ++round) {
     // Rotate which mode goes first so drift does not favour one.
     for (int step = 0; step < kModes; ++step) {
-      const int mode = (round + step) % kModes;
+      const Mode mode = static_cast<Mode>((round + step) % kModes);
       std::unique_ptr<gdw::Probe> probe;
-      if (mode != kNone) probe = load_probe(mode == kHook);
-      double w = worker.run('w', writes);
-      double o = worker.run('o', opens);
-      double m = worker.run('m', mmaps);
-      write_ns[mode].push_back(w);
-      open_ns[mode].push_back(o);
-      mmap_ns[mode].push_back(m);
-      std::printf("%-5d %-6s %14.1f %14.1f %14.1f\n", round, kModeNames[mode], w, o, m);
+      if (mode != kNone) probe = load_probe(mode);
+      std::printf("%-5d %-8s", round, kModeNames[mode]);
+      for (auto& loop : loops) {
+        loop.ns[mode].push_back(worker.run(loop.letter, loop.calls));
+        std::printf(" %22.1f", loop.ns[mode].back());
+      }
+      std::printf("\n");
     }
   }
   ::close(null_fd);
@@ -189,7 +242,7 @@ int main(int argc, char** argv) {
   auto row = [](const char* call, const std::vector<double>* ns) {
     double min0 = *std::min_element(ns[kNone].begin(), ns[kNone].end()), med0 = median(ns[kNone]);
     std::printf("%-24s %8.1f %8.1f", call, min0, med0);
-    for (int mode : {kProbe, kHook}) {
+    for (int mode : {kProbe, kNoAttachHook, kHook}) {
       double min1 = *std::min_element(ns[mode].begin(), ns[mode].end()), med1 = median(ns[mode]);
       std::printf(" | %8.1f %7.1f%% %8.1f %7.1f%%", min1, (min1 - min0) / min0 * 100, med1, (med1 - med0) / med0 * 100);
     }
@@ -197,10 +250,10 @@ int main(int argc, char** argv) {
   };
   std::printf("\n%d rounds, %ld writes, %ld opens, %ld mmaps per round; ns per call (min, median)\n", rounds, writes,
               opens, mmaps);
-  std::printf("%-24s %8s %8s | %8s %8s %8s %8s | %8s %8s %8s %8s\n", "call", "none", "(med)", "probe", "overhead",
-              "(med)", "overhead", "hook", "overhead", "(med)", "overhead");
-  row("write(/dev/null, 1)", write_ns);
-  row("openat+close(regular)", open_ns);
-  row("mmap+munmap(4 KiB)", mmap_ns);
+  std::printf("%-24s %8s %8s", "call", "none", "(med)");
+  for (const char* mode : {"probe", "noattach", "hook"})
+    std::printf(" | %8s %8s %8s %8s", mode, "overhead", "(med)", "overhead");
+  std::printf("\n");
+  for (const auto& loop : loops) row(loop.call, loop.ns);
   return 0;
 }

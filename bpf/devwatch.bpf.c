@@ -17,6 +17,13 @@
  *       capability, so this is the nearest point a tracepoint sees without a syscall hook.
  *    Capability checks are frequent (mmap and brk of writable memory check CAP_SYS_ADMIN
  *    for overcommit), so the program returns on its first two comparisons for them.
+ *  - tp_btf/kmalloc, the attach hook (cgroup v2): an attach of a device program makes the
+ *    kernel allocate the cgroup's new effective program array (compute_effective_progs,
+ *    under cgroup_mutex). The program first compares the allocation's call site with
+ *    those sites (found by gdw_lookup_symbols) and returns for any other kmalloc; at a
+ *    site, a bpf() attach of a device program to a watched cgroup is reported. A
+ *    capability check during the attach would have been cheaper still, but the kernel
+ *    makes none there (only the load checks CAP_BPF).
  *  - tp_btf/cgroup_mkdir, tp_btf/cgroup_rmdir.
  *
  *  Attached by user space only when wanted (the "syscall hook"):
@@ -134,6 +141,34 @@ int BPF_PROG(gdw_cap_check, const struct cred *cred, struct user_namespace *targ
    * could otherwise trigger in a loop. bpf_token_capable() falls back from CAP_BPF to
    * CAP_SYS_ADMIN, so either can be the check that lets a load through. */
   if (nr == NR_bpf && ret == 0 && !in_compat_syscall(task)) return emit_device_program_load(regs);
+  return 0;
+}
+
+/* ---- the attach hook (cgroup v2) ---------------------------------------------------------------- */
+
+SEC("tp_btf/kmalloc")
+int BPF_PROG(gdw_effective_progs, unsigned long call_site, const void *ptr, size_t bytes_req, size_t bytes_alloc,
+             gfp_t gfp_flags, int node) {
+  if (!at_effective_progs_site(call_site)) return 0;
+  /* The daemon's own wrappers are attached here too: nothing to report about them. */
+  if (ignored_writer_tgid && (bpf_get_current_pid_tgid() >> 32) == ignored_writer_tgid) return 0;
+  struct task_struct *task = bpf_get_current_task_btf();
+  if (task->flags & (PF_KTHREAD | PF_IO_WORKER)) return 0;
+  struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+  if (!regs || SYSCALL_NR(regs) != NR_bpf || in_compat_syscall(task)) return 0;
+  return emit_device_program_attaching(task, regs);
+}
+
+/* Run once by user space after load (BPF_PROG_TEST_RUN): the attach hook's call sites. */
+const char site_compute[] = "compute_effective_progs";
+const char site_update[] = "update_effective_progs";
+const char site_alloc[] = "bpf_prog_array_alloc";
+
+SEC("syscall")
+int gdw_lookup_symbols(void *ctx) {
+  bpf_kallsyms_lookup_name(site_compute, sizeof(site_compute), 0, &effective_progs_sites[0]);
+  bpf_kallsyms_lookup_name(site_update, sizeof(site_update), 0, &effective_progs_sites[1]);
+  bpf_kallsyms_lookup_name(site_alloc, sizeof(site_alloc), 0, &effective_progs_sites[2]);
   return 0;
 }
 

@@ -1,6 +1,9 @@
-/* devwatch (BPF side), cgroup v2 device programs: attach / detach / replace of
- * BPF_CGROUP_DEVICE programs and links seen at bpf() exit, and loads of such programs seen
- * at their CAP_BPF check. The entry points that call these are in devwatch.bpf.c.
+/* devwatch (BPF side), cgroup v2 device programs: attaches of BPF_CGROUP_DEVICE programs
+ * to watched cgroups seen inside the kernel while it installs them (the attach hook, at the
+ * allocation of the cgroup's new effective program array), attach / detach / replace of
+ * programs and links seen at bpf() exit (the syscall hook), and loads of such programs
+ * seen at their CAP_BPF check (where the attach hook cannot be used). The entry points
+ * that call these are in devwatch.bpf.c.
  */
 #ifndef GDW_DEVWATCH_DEVICE_PROGRAMS_BPF_H
 #define GDW_DEVWATCH_DEVICE_PROGRAMS_BPF_H
@@ -86,6 +89,23 @@ struct device_program_change {
   __u64 target_cgroup_id;
 };
 
+/* Cgroups whose device program attaches the attach hook reports (the GPU containers' and
+ * crun's sub-cgroups of them): written by user space, so that an attach anywhere else
+ * costs the daemon nothing. */
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 16384);
+  __type(key, __u64);
+  __type(value, __u8);
+} program_cgroups SEC(".maps");
+
+/* The attach hook's call sites (function starts, 0: unknown): written once after load by
+ * gdw_lookup_symbols, read on every kmalloc (a load, no helper call). */
+__u64 effective_progs_sites[GDW_EFFECTIVE_PROGS_SITES];
+/* Written by user space: device program loads are reported (the attach hook is not
+ * attached to report the attaches themselves). */
+volatile bool report_program_loads = true;
+
 static __always_inline bool is_device_program_command(int cmd) {
   return cmd == BPF_PROG_ATTACH || cmd == BPF_PROG_DETACH || cmd == BPF_LINK_CREATE ||
          cmd == BPF_LINK_UPDATE || cmd == BPF_LINK_DETACH;
@@ -168,11 +188,11 @@ static __always_inline bool decode_link_change(struct task_struct *task, int cmd
   return true;
 }
 
-static __always_inline void submit_device_program_event(const struct device_program_change *change,
-                                                        long ret) {
+static __always_inline void submit_device_program_event(const struct device_program_change *change, long ret,
+                                                        __u32 type) {
   struct gdw_device_program_event *e = reserve_event(sizeof(*e));
   if (!e) return;
-  e->header.type = GDW_EVENT_DEVICE_PROGRAM;
+  e->header.type = type;
   e->header.reserved = 0;
   e->header.ktime_ns = bpf_ktime_get_ns();
   fill_process(&e->caller);
@@ -198,14 +218,39 @@ static __always_inline int emit_device_program(struct task_struct *task, struct 
     device = decode_link_create(task, &attr, ret, &change);
   else
     device = decode_link_change(task, cmd, &attr, ret, &change);
-  if (device) submit_device_program_event(&change, ret);
+  if (device) submit_device_program_event(&change, ret, GDW_EVENT_DEVICE_PROGRAM);
+  return 0;
+}
+
+static __always_inline bool at_effective_progs_site(__u64 call_site) {
+  _Pragma("unroll") for (int i = 0; i < GDW_EFFECTIVE_PROGS_SITES; i++) {
+    __u64 site = effective_progs_sites[i];
+    if (site && call_site - site < GDW_SITE_SPAN) return true;
+  }
+  return false;
+}
+
+/* The attach hook, inside bpf(BPF_PROG_ATTACH / BPF_LINK_CREATE) of a device program to a
+ * watched cgroup: reported before the kernel has decided, while the attacher holds
+ * cgroup_mutex (see GDW_EVENT_DEVICE_PROGRAM_ATTACHING). A cgroup with descendants has an
+ * array computed for each, so one attach can be reported more than once. */
+static __always_inline int emit_device_program_attaching(struct task_struct *task, struct pt_regs *regs) {
+  int cmd = (int)PT_REGS_PARM1_SYSCALL(regs);
+  if (cmd != BPF_PROG_ATTACH && cmd != BPF_LINK_CREATE) return 0; /* a detach cannot revoke */
+  union bpf_attr attr;
+  if (read_attr_prefix(regs, &attr) != 0) return 0;
+  struct device_program_change change = {};
+  bool device = cmd == BPF_PROG_ATTACH ? decode_prog_attach(task, cmd, &attr, &change)
+                                       : decode_link_create(task, &attr, -1, &change);
+  if (!device || !bpf_map_lookup_elem(&program_cgroups, &change.target_cgroup_id)) return 0;
+  submit_device_program_event(&change, 0, GDW_EVENT_DEVICE_PROGRAM_ATTACHING);
   return 0;
 }
 
 /* A bpf(BPF_PROG_LOAD) of a cgroup device program, seen at a capability check that passed
  * (gdw_cap_check). */
 static __always_inline int emit_device_program_load(struct pt_regs *regs) {
-  if ((int)PT_REGS_PARM1_SYSCALL(regs) != BPF_PROG_LOAD) return 0;
+  if (!report_program_loads || (int)PT_REGS_PARM1_SYSCALL(regs) != BPF_PROG_LOAD) return 0;
   __u32 prog_type = 0; /* union bpf_attr's first member for BPF_PROG_LOAD */
   if (bpf_probe_read_user(&prog_type, sizeof(prog_type), (void *)PT_REGS_PARM2_SYSCALL(regs)) != 0) return 0;
   if (prog_type != BPF_PROG_TYPE_CGROUP_DEVICE) return 0;

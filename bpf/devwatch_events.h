@@ -26,6 +26,10 @@ enum gdw_event_type {
   GDW_EVENT_CGROUP_RMDIR = 5,
   GDW_EVENT_RULE_WRITE_RESULT = 6,
   GDW_EVENT_DEVICE_PROGRAM_LOAD = 7,
+  /* A BPF_CGROUP_DEVICE attach seen inside the kernel while it installs the program
+   * (gdw_device_program_event, result 0): the attacher holds cgroup_mutex, so a query made
+   * after reading this record sees the attach done or failed. */
+  GDW_EVENT_DEVICE_PROGRAM_ATTACHING = 8,
 };
 
 /* Where a rule write was seen (gdw_rule_write_event.seen_at). */
@@ -141,6 +145,13 @@ struct gdw_rule_write_in_flight {
   __u64 target_cgroup_id;
   __u64 ktime_ns;
 };
+
+/* Where the kernel allocates a cgroup's new effective program array during an attach
+ * (compute_effective_progs and its callers): the attach hook's call sites, looked up by
+ * name at load (gdw_lookup_symbols). A site is the function's start; calls from within
+ * GDW_SITE_SPAN bytes of it count (a wider window only costs a few more decodes). */
+#define GDW_EFFECTIVE_PROGS_SITES 3
+#define GDW_SITE_SPAN 4096
 
 /* cgroup_device_links value, keyed by link id. */
 struct gdw_device_link {

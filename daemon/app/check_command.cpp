@@ -11,14 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include "app/check_exposure.h"
-#include "node/config_file.h"
-#include "node/self_exe.h"
 #include "backend/systemd_scope.h"
-#include "kubeletapi/device_plugins.h"
-#include "kubeletapi/pod_resources.h"
-#include "probe/probe.h"
+#include "node/config_file.h"
+#include "node/node_loader.h"
 #include "node/node_model.h"
+#include "node/self_exe.h"
+#include "probe/probe.h"
+#include "service/health_gatherer.h"
 #include "service/repair_step.h"
+#include "service/systemd_persistence.h"
 
 namespace gdw {
 namespace {
@@ -70,44 +71,23 @@ struct NodeHealth {
   }
 };
 
-// Waits for fd to become readable, at most `timeout` (one-shot commands only).
-void wait_readable(int fd, Duration timeout) {
-  pollfd p{fd, POLLIN, 0};
-  ::poll(&p, 1, static_cast<int>(timeout.count()) + 500);
-}
-
 NodeHealth gather_health(NodeModel& node, const Config& config) {
   NodeHealth h;
-  if (config.kubelet.source != AllocationSource::kCheckpoint) {
-    auto client = PodResourcesClient::create(
-        {config.kubelet.pod_resources_socket, config.kubelet.pod_resources_timeout, Duration(0)});
-    if (!client) {
-      h.pod_resources = client.error().message;
-    } else if (auto s = (*client)->start_list(); !s) {
-      h.pod_resources = s.error().message;
-    } else {
-      wait_readable((*client)->fd(), config.kubelet.pod_resources_timeout);
-      if (auto out = (*client)->take(); !out) {
-        h.pod_resources = "no answer within " + format_duration(config.kubelet.pod_resources_timeout);
-      } else if (!out->ok()) {
-        h.pod_resources = to_string(out->error->kind) + ": " + out->error->message;
-      } else {
-        h.pod_resources_ok = true;
-        h.pod_resources = std::to_string(out->containers.size()) + " container(s) listed";
-        node.set_pod_resources(std::move(out->containers));
-      }
-    }
+  auto gatherer = HealthGatherer::create(config, Duration(0));
+  if (!gatherer) {
+    h.plugins_error = gatherer.error().message;
+    h.stale = node.stale_report();
+    return h;
+  }
+  HealthGatherer::Once once = (*gatherer)->gather_once(config);
+  if ((*gatherer)->asks_pod_resources()) {
+    h.pod_resources = once.pod_resources ? once.pod_resources->message : once.pod_resources_error;
+    h.pod_resources_ok = once.pod_resources && once.pod_resources->ok;
+    if (h.pod_resources_ok) node.set_pod_resources(std::move(once.pod_resources->containers));
   }
   h.stale = node.stale_report();
-  auto prober = DevicePluginProber::create(config.kubelet.device_plugins_dir, config.kubelet.plugin_probe_timeout);
-  if (!prober) {
-    h.plugins_error = prober.error().message;
-  } else if (auto s = (*prober)->start(); !s) {
-    h.plugins_error = s.error().message;
-  } else {
-    wait_readable((*prober)->fd(), config.kubelet.plugin_probe_timeout);
-    if (auto round = (*prober)->take()) h.plugins = std::move(*round);
-  }
+  h.plugins = std::move(once.plugins);
+  h.plugins_error = std::move(once.plugins_error);
   return h;
 }
 
@@ -327,36 +307,41 @@ ContainerReport check_container(DeviceAccess& access, const Config& config, cons
   RepairState state(RepairBudget(config.repair.burst, config.repair.max_per_minute));
   RepairSettings settings = RepairSettings::from(config);
   if (!repair) settings.mode = Mode::kObserve;
-  const std::string unit = cg.leaf.driver == CgroupDriver::kSystemd ? scope_unit_of(cg.cgroup_dir) : "";
-  RepairStep step = repair_once(access, state, cg.cgroup_dir, target.desired, !unit.empty() && persist_in_scope(target),
-                                Clock::now(), settings);
+  RepairStep step = repair_once(access, state, cg.cgroup_dir, target.desired, Clock::now(), settings);
   r.before = std::move(step.observed);
   if (step.applied) {
     r.grants = step.applied->devices;
     r.repair_note = step.applied->summary;
     if (step.applied->failure) r.repair_error = step.applied->failure->message;
   }
-  if (!step.settled.persist.empty()) {
-    const auto& devices = step.settled.persist;
-    auto added = add_device_allow_blocking(config.systemd.bus_address, unit, devices, config.systemd.timeout);
-    r.systemd_note = added ? "systemd added " + std::to_string(devices.size()) + " device(s) to " + unit + "'s DeviceAllow="
+  // As the daemon does (service/container_fleet.h): what the scope's DeviceAllow= lacks, or
+  // with its unit files unread what was granted, is added so that a reload keeps it.
+  const bool systemd_scope = !scope_unit_of(cg.cgroup_dir).empty() && persist_in_scope(target);
+  const auto persist = plan_persistence(state, device_allow_lacks(target.exposure), step.settled.granted, Clock::now(),
+                                        settings);
+  if (repair && systemd_scope && !persist.devices.empty()) {
+    const auto& devices = persist.devices;
+    auto added = SystemdPersistence::persist_blocking(config, cg.cgroup_dir, devices);
+    r.systemd_note = added ? "systemd added " + std::to_string(devices.size()) + " device(s) to " + *added + "'s DeviceAllow="
                            : "systemd did not add DeviceAllow= (" + added.error().message + ")";
   }
-  if (!r.grants.empty() || !r.repair_error.empty()) r.after = access.observe(cg.cgroup_dir, target.desired);
+  if (!r.grants.empty() || !r.repair_error.empty() || !r.systemd_note.empty())
+    r.after = access.observe(cg.cgroup_dir, target.desired);  // what systemd left, too
   r.target = std::move(target);
   return r;
 }
 
-struct NodeLoad {
+// Locates the tree and loads every input, as the daemon's resync does (node/node_loader.h),
+// then asks NVML at once when an allocated MIG device is unmapped. Errors: exit 2.
+// The note says what NVML answered, if it was asked and failed.
+struct CheckLoad {
   std::string nvml_note;
 };
-
-// Locates the tree and loads every input, as the daemon's resync does. Errors: exit 2.
-Result<NodeLoad> load_node(NodeModel& node, const Config& config) {
+Result<CheckLoad> load_node(NodeModel& node, const Config& config) {
   if (auto s = node.locate(); !s) return s.error();
-  node.load_inventory();
-  if (auto s = node.load_checkpoint(); !s) return s.error();
-  NodeLoad load;
+  NodeLoad inputs = load_node_inputs(node, BundleRefreshDepth::kEveryStamp);
+  if (!inputs.checkpoint) return inputs.checkpoint.error();
+  CheckLoad load;
   if (node.needs_nvml()) {
     auto answer = run_nvml_query(self_exe(), config.devices.nvml_library, config.devices.nvml_timeout);
     if (answer) {
@@ -365,8 +350,6 @@ Result<NodeLoad> load_node(NodeModel& node, const Config& config) {
       load.nvml_note = " (NVML: " + answer.error().message + ")";
     }
   }
-  node.bundles().refresh();
-  node.rebuild_allocations();
   return load;
 }
 

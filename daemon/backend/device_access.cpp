@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "backend/device_program_cache.h"
 #include "backend/devices_v1_files.h"
 #include "runtime/proc_cgroups.h"
 
@@ -64,6 +65,8 @@ std::string describe(const V2Repair& r) {
   for (const auto& rep : r.replaced)
     s += "; " + std::to_string(rep.old_id) + " -> " + std::to_string(rep.new_id) +
          (rep.atomic ? " (atomic replace)" : " (attached, then detached)");
+  if (r.detached)
+    s += "; " + std::to_string(r.detached) + " detached beside a wrapper of ours that runs the same instructions";
   for (const auto& left : r.left_attached)
     s += "; program " + std::to_string(left.program.id) + " left attached: " + left.reason;
   return s;
@@ -78,7 +81,7 @@ class DeviceProgramsV2 final : public DeviceAccess {
   Result<std::uint32_t> hierarchy_id(const std::string&) const override { return 0u; }
 
   Result<DeviceState> observe(const std::string& cgroup_dir, const DesiredDevices& desired) override {
-    auto programs = query_device_programs(cgroup_dir);
+    auto programs = query_device_programs(cgroup_dir, cache_);
     if (!programs) {
       // The query's error names the cgroup; a vanished cgroup is told apart by the directory.
       const int code = ::access(cgroup_dir.c_str(), F_OK) != 0 ? ENOENT : 0;
@@ -96,14 +99,19 @@ class DeviceProgramsV2 final : public DeviceAccess {
                     const std::vector<WantedDevice>& devices) override {
     GrantReport report;
     report.method = "bpf";
-    auto installed = repair_device_programs(cgroup_dir, wanted);
+    auto installed = repair_device_programs(cgroup_dir, wanted, cache_);
+    auto among = [](const std::vector<WantedDevice>& list, const WantedDevice& d) {
+      return std::any_of(list.begin(), list.end(), [&](const WantedDevice& x) { return x.dev == d.dev; });
+    };
     for (const auto& d : devices) {
       Status outcome;
       if (!installed) {
         outcome = errno_error(EPERM, installed.error().message);
-      } else if (std::any_of(installed->still_denied.begin(), installed->still_denied.end(),
-                             [&](const WantedDevice& x) { return x.dev == d.dev; })) {
+      } else if (among(installed->refused, d)) {
         outcome = errno_error(EPERM, "still denied by a device program that cannot be replaced");
+      } else if (among(installed->still_denied, d)) {
+        // A re-applier attached again after the last round: its attach is answered next.
+        outcome = errno_error(EAGAIN, "denied again by a device program attached during the repair");
       }
       report.devices.push_back({d, std::move(outcome)});
     }
@@ -112,13 +120,16 @@ class DeviceProgramsV2 final : public DeviceAccess {
       return report;
     }
     report.summary = describe(*installed);
-    report.programs_replaced = installed->replaced.size();
+    report.programs_replaced = installed->replaced.size() + installed->detached;
     report.programs_now = installed->now;
     for (const auto& left : installed->left_attached)
       report.warnings.push_back("device program " + std::to_string(left.program.id) + " (" + left.program.name +
                                 ") denies a wanted device and stays attached: " + left.reason);
     return report;
   }
+
+ private:
+  DeviceProgramCache cache_;
 };
 
 }  // namespace

@@ -1,11 +1,14 @@
-// The kernel half of device_programs_v2.h, repairing side: load our wrapper around a
-// denying program's code and put it in that program's place.
+// The kernel half of device_programs_v2.h, repairing side: put our wrapper around a denying
+// program's code in that program's place, or detach a program a wrapper of ours already
+// runs, until no program that we can replace denies a wanted device.
 #include <bpf/bpf.h>
 #include <linux/bpf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
+#include "backend/device_program_cache.h"
 #include "backend/device_programs_v2.h"
 #include "backend/device_programs_v2_kernel.h"
 
@@ -15,61 +18,28 @@ namespace {
 using v2_kernel::errno_text;
 using v2_kernel::OwnedFd;
 
-int load_program(const BpfCode& code, std::string* log) {
-  struct bpf_prog_load_opts opts {};
-  opts.sz = sizeof(opts);
-  opts.expected_attach_type = BPF_CGROUP_DEVICE;
-  if (log) {
-    opts.log_level = 1;
-    opts.log_buf = log->data();
-    opts.log_size = static_cast<std::uint32_t>(log->size());
-  }
-  return bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, kOurProgramName, "GPL", code.data(),
-                       static_cast<std::size_t>(code.size()), &opts);
-}
-
-Result<OwnedFd> load_wrapper(const BpfCode& code, const std::string& dir, std::uint32_t old_id) {
-  OwnedFd fd(load_program(code, nullptr));
-  if (fd.valid()) return fd;
-  const int err = errno;
-  // Load again with the verifier's log, only to say why.
-  std::string log(64 * 1024, '\0');
-  OwnedFd again(load_program(code, &log));
-  if (again.valid()) return again;
-  std::string verifier(log.c_str());
-  if (verifier.size() > 600) verifier = "..." + verifier.substr(verifier.size() - 600);
-  return Error{"loading the device program wrapping program " + std::to_string(old_id) + " of " + dir + " (" +
-               std::to_string(code.size()) + " instructions): " + errno_text(err) +
-               (verifier.empty() ? "" : " (verifier: " + verifier + ")")};
-}
-
 std::uint32_t program_id(int prog_fd) {
   bpf_prog_info info{};
   std::uint32_t len = sizeof(info);
   return bpf_obj_get_info_by_fd(prog_fd, &info, &len) == 0 ? info.id : 0;
 }
 
-struct Swap {
-  bool gone = false;  // the old program was detached meanwhile: decide again
+// What putting a program in another's place, or detaching one, came to.
+struct Change {
+  bool done = false;  // false: the program was not found where it was (detached meanwhile, or link-attached)
   V2Repair::Replaced replaced;
   std::string detach_error;  // attach-then-detach only: ours is in, the old one stayed
 };
-
-Swap gone() {
-  Swap s;
-  s.gone = true;
-  return s;
-}
 
 // Puts `fresh` in the place of `old_id`. In BPF_F_ALLOW_MULTI mode through BPF_F_REPLACE
 // (kernels before 5.6 lack it: attach, then detach); a cgroup in single-program mode (an
 // old runtime attached without BPF_F_ALLOW_MULTI) has its one program swapped by an attach
 // with the same flags. Either way there is no moment without the old program's verdicts.
-Result<Swap> swap_program(int cgroup_fd, const std::string& dir, std::uint32_t mode, int fresh, std::uint32_t old_id) {
-  Swap swap;
+Result<Change> swap_program(int cgroup_fd, const std::string& dir, std::uint32_t mode, int fresh, std::uint32_t old_id) {
+  Change change;
   OwnedFd old(bpf_prog_get_fd_by_id(old_id));
-  if (!old.valid()) return gone();
-  swap.replaced = {old_id, program_id(fresh), true};
+  if (!old.valid()) return change;
+  change.replaced = {old_id, program_id(fresh), true};
   struct bpf_prog_attach_opts opts {};
   opts.sz = sizeof(opts);
   opts.flags = mode & (BPF_F_ALLOW_MULTI | BPF_F_ALLOW_OVERRIDE);
@@ -77,57 +47,100 @@ Result<Swap> swap_program(int cgroup_fd, const std::string& dir, std::uint32_t m
     opts.flags |= BPF_F_REPLACE;
     opts.replace_prog_fd = old.get();
   }
-  if (bpf_prog_attach_opts(fresh, cgroup_fd, BPF_CGROUP_DEVICE, &opts) == 0) return swap;
-  if (errno == ENOENT) return gone();
-  if (errno != EINVAL || !(mode & BPF_F_ALLOW_MULTI))
+  if (bpf_prog_attach_opts(fresh, cgroup_fd, BPF_CGROUP_DEVICE, &opts) == 0) {
+    change.done = true;
+    return change;
+  }
+  if (errno == ENOENT) return change;
+  auto failed = [&] {
     return Error{"attaching the device program wrapping program " + std::to_string(old_id) + " to " + dir + ": " +
                  errno_text(errno)};
+  };
+  if (errno != EINVAL || !(mode & BPF_F_ALLOW_MULTI)) return failed();
   opts.flags = BPF_F_ALLOW_MULTI;
   opts.replace_prog_fd = 0;
-  if (bpf_prog_attach_opts(fresh, cgroup_fd, BPF_CGROUP_DEVICE, &opts) != 0)
-    return Error{"attaching the device program wrapping program " + std::to_string(old_id) + " to " + dir + ": " +
-                 errno_text(errno)};
-  swap.replaced.atomic = false;
+  if (bpf_prog_attach_opts(fresh, cgroup_fd, BPF_CGROUP_DEVICE, &opts) != 0) return failed();
+  change.done = true;
+  change.replaced.atomic = false;
   if (bpf_prog_detach2(old.get(), cgroup_fd, BPF_CGROUP_DEVICE) != 0 && errno != ENOENT)
-    swap.detach_error = "detaching it from " + dir + ": " + errno_text(errno);
-  return swap;
+    change.detach_error = "detaching it from " + dir + ": " + errno_text(errno);
+  return change;
+}
+
+Result<bool> detach_program(int cgroup_fd, const std::string& dir, std::uint32_t id) {
+  OwnedFd prog(bpf_prog_get_fd_by_id(id));
+  if (!prog.valid()) return false;
+  if (bpf_prog_detach2(prog.get(), cgroup_fd, BPF_CGROUP_DEVICE) == 0) return true;
+  if (errno == ENOENT) return false;
+  return Error{"detaching device program " + std::to_string(id) + " from " + dir + ": " + errno_text(errno)};
 }
 
 // One cgroup of the container (its own, or crun's sub-cgroup): adds to `repair`.
-Status repair_cgroup(const v2_kernel::DeviceCgroup& where, const std::vector<WantedDevice>& wanted, V2Repair& repair) {
-  const std::string& cgroup_dir = where.dir;
-  auto cgroup = v2_kernel::open_cgroup(cgroup_dir);
-  if (!cgroup) {
-    // crun's sub-cgroup going away with its container is not an error of the container's.
-    if (!where.subgroup.empty() && ::access(cgroup_dir.c_str(), F_OK) != 0) return {};
-    return cgroup.error();
+class CgroupRepair {
+ public:
+  CgroupRepair(const v2_kernel::DeviceCgroup& where, const std::vector<WantedDevice>& wanted, DeviceProgramCache& cache,
+               V2Repair& repair)
+      : where_(where), wanted_(wanted), cache_(cache), repair_(repair) {}
+
+  Status run(int cgroup_fd) {
+    const std::size_t left_before = repair_.left_attached.size();
+    for (int round = 0; round < kRepairRounds; ++round) {
+      v2_kernel::AttachedIds ids;
+      auto attached = v2_kernel::describe_attached(cgroup_fd, where_.dir, cache_, links_ ? &*links_ : nullptr, &ids);
+      if (!attached) return attached.error();
+      for (auto& p : *attached) p.subgroup = where_.subgroup;
+      V2Plan plan = plan_v2_repair(*attached, wanted_);
+      repair_.left_attached.resize(left_before);
+      for (auto& l : plan.leave) repair_.left_attached.push_back(std::move(l));
+      if (plan.replace.empty() && plan.detach.empty()) return {};
+      auto acted = act(cgroup_fd, ids.attach_flags, plan);
+      if (!acted) return acted.error();
+    }
+    return {};  // still changing after every round: the caller's final query tells
   }
-  const std::size_t left_before = repair.left_attached.size();
-  // A program attached or detached by someone else meanwhile: decide again on a fresh query.
-  for (int round = 0; round < 3; ++round) {
-    v2_kernel::AttachedIds ids;
-    auto attached = v2_kernel::describe_attached(cgroup->get(), cgroup_dir, &ids);
-    if (!attached) return attached.error();
-    for (auto& p : *attached) p.subgroup = where.subgroup;
-    V2Plan plan = plan_v2_repair(*attached, wanted);
-    repair.left_attached.resize(left_before);
-    for (auto& l : plan.leave) repair.left_attached.push_back(std::move(l));
-    bool changed = false;
+
+ private:
+  Status act(int cgroup_fd, std::uint32_t mode, const V2Plan& plan) {
+    for (const auto& p : plan.detach) {
+      auto detached = detach_program(cgroup_fd, where_.dir, p.id);
+      if (!detached) return detached.error();
+      repair_.detached += *detached;
+    }
     for (const auto& r : plan.replace) {
-      auto fresh = load_wrapper(r.code, cgroup_dir, r.old.id);
+      auto fresh = cache_.wrapper(r.added, r.old.inner, where_.dir, r.old.id);
       if (!fresh) return fresh.error();
-      auto swap = swap_program(cgroup->get(), cgroup_dir, ids.attach_flags, fresh->get(), r.old.id);
-      if (!swap) return swap.error();
-      if (swap->gone) {
-        changed = true;
+      auto change = swap_program(cgroup_fd, where_.dir, mode, *fresh, r.old.id);
+      if (!change) return change.error();
+      if (!change->done) {
+        // Not where it was: detached meanwhile (the next round's query shows it gone), or
+        // attached through a bpf_link, which BPF_F_REPLACE does not find. Which ones are
+        // link-attached is worth a walk of every link on the node only now.
+        if (!links_) links_ = v2_kernel::link_attached_program_ids(where_.dir);
         continue;
       }
-      repair.replaced.push_back(swap->replaced);
-      if (!swap->detach_error.empty()) repair.left_attached.push_back({r.old, swap->detach_error});
+      repair_.replaced.push_back(change->replaced);
+      if (!change->detach_error.empty()) repair_.left_attached.push_back({r.old, change->detach_error});
     }
-    if (!changed) break;
+    return {};
   }
-  auto now = v2_kernel::describe_attached(cgroup->get(), cgroup_dir);
+
+  const v2_kernel::DeviceCgroup& where_;
+  const std::vector<WantedDevice>& wanted_;
+  DeviceProgramCache& cache_;
+  V2Repair& repair_;
+  std::optional<std::set<std::uint32_t>> links_;  // link-attached program ids, once needed
+};
+
+Status repair_cgroup(const v2_kernel::DeviceCgroup& where, const std::vector<WantedDevice>& wanted,
+                     DeviceProgramCache& cache, V2Repair& repair) {
+  auto cgroup = v2_kernel::open_cgroup(where.dir);
+  if (!cgroup) {
+    // crun's sub-cgroup going away with its container is not an error of the container's.
+    if (!where.subgroup.empty() && ::access(where.dir.c_str(), F_OK) != 0) return {};
+    return cgroup.error();
+  }
+  if (auto done = CgroupRepair(where, wanted, cache, repair).run(cgroup->get()); !done) return done.error();
+  auto now = v2_kernel::describe_attached(cgroup->get(), where.dir, cache);
   if (!now) return now.error();
   for (auto& p : *now) {
     p.subgroup = where.subgroup;
@@ -138,12 +151,24 @@ Status repair_cgroup(const v2_kernel::DeviceCgroup& where, const std::vector<Wan
 
 }  // namespace
 
-Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted) {
+Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,
+                                        DeviceProgramCache& cache) {
   V2Repair repair;
   for (const auto& where : v2_kernel::device_cgroups_of(cgroup_dir))
-    if (auto done = repair_cgroup(where, wanted, repair); !done) return done.error();
+    if (auto done = repair_cgroup(where, wanted, cache, repair); !done) return done.error();
   repair.still_denied = denied_by_programs(repair.now, wanted);
+  std::vector<AttachedDeviceProgram> unreplaceable;
+  for (const auto& left : repair.left_attached) unreplaceable.push_back(left.program);
+  for (const auto& d : denied_by_programs(unreplaceable, wanted))
+    if (std::any_of(repair.still_denied.begin(), repair.still_denied.end(),
+                    [&](const WantedDevice& s) { return s.dev == d.dev; }))
+      repair.refused.push_back(d);
   return repair;
+}
+
+Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted) {
+  DeviceProgramCache cache;
+  return repair_device_programs(cgroup_dir, wanted, cache);
 }
 
 }  // namespace gdw

@@ -49,6 +49,40 @@ std::vector<WantedDevice> denied_by_programs(const std::vector<AttachedDevicePro
   return denied;
 }
 
+namespace {
+
+bool same_devices(const std::vector<WantedDevice>& a, const std::vector<WantedDevice>& b) {
+  auto covered = [](const std::vector<WantedDevice>& x, const std::vector<WantedDevice>& y) {
+    return std::all_of(x.begin(), x.end(), [&](const WantedDevice& d) {
+      return std::any_of(y.begin(), y.end(), [&](const WantedDevice& e) { return e.dev == d.dev && e.access == d.access; });
+    });
+  };
+  return covered(a, b) && covered(b, a);
+}
+
+bool same_code(const BpfCode& a, const BpfCode& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const bpf_insn& x, const bpf_insn& y) {
+           return x.code == y.code && x.dst_reg == y.dst_reg && x.src_reg == y.src_reg && x.off == y.off &&
+                  x.imm == y.imm;
+         });
+}
+
+// A wrapper of ours in the same cgroup that runs `p`'s instructions and adds exactly
+// `wanted`: attached already, or about to replace another program with those instructions
+// (the kernel attaches one program only once per cgroup).
+bool wrapped_beside(const AttachedDeviceProgram& p, const std::vector<AttachedDeviceProgram>& attached,
+                    const std::vector<V2Plan::Replacement>& replacing, const std::vector<WantedDevice>& wanted) {
+  const bool attached_already = std::any_of(attached.begin(), attached.end(), [&](const AttachedDeviceProgram& w) {
+    return w.wrapper && w.id != p.id && w.subgroup == p.subgroup && same_devices(w.added, wanted) &&
+           same_code(w.inner, p.inner);
+  });
+  return attached_already || std::any_of(replacing.begin(), replacing.end(), [&](const V2Plan::Replacement& r) {
+           return r.old.subgroup == p.subgroup && same_code(r.old.inner, p.inner);
+         });
+}
+
+}  // namespace
+
 V2Plan plan_v2_repair(const std::vector<AttachedDeviceProgram>& attached, const std::vector<WantedDevice>& wanted) {
   V2Plan plan;
   for (const auto& p : attached) {
@@ -58,8 +92,10 @@ V2Plan plan_v2_repair(const std::vector<AttachedDeviceProgram>& attached, const 
       plan.leave.push_back({p, "attached through a bpf_link: only its link can detach it"});
     } else if (p.inner.empty()) {
       plan.leave.push_back({p, "cannot be wrapped: " + (p.unwrappable.empty() ? "no code" : p.unwrappable)});
+    } else if (wrapped_beside(p, attached, plan.replace, wanted)) {
+      plan.detach.push_back(p);
     } else {
-      plan.replace.push_back({p, wrap_device_program(wanted, p.inner)});
+      plan.replace.push_back({p, wanted});
     }
   }
   return plan;

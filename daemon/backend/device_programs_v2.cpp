@@ -12,10 +12,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 #include <string_view>
 
+#include "backend/device_program_cache.h"
 #include "backend/device_programs_v2_kernel.h"
 #include "runtime/cgroup_names.h"
 
@@ -61,8 +63,9 @@ Result<AttachedIds> query_ids(int cgroup_fd, const std::string& dir) {
   }
 }
 
-// Program ids attached to the cgroup through bpf_links of type BPF_CGROUP_DEVICE. The
-// cgroup v2 id is the directory's inode number.
+}  // namespace
+
+// The cgroup v2 id is the directory's inode number.
 std::set<std::uint32_t> link_attached_program_ids(const std::string& dir) {
   std::set<std::uint32_t> ids;
   struct stat st {};
@@ -80,6 +83,8 @@ std::set<std::uint32_t> link_attached_program_ids(const std::string& dir) {
   }
   return ids;
 }
+
+namespace {
 
 // The .rodata of the union program ("gdw_devices") that daemon versions before the
 // wrapper attached: an ordered rule list in runc's semantics.
@@ -179,8 +184,9 @@ void read_program_code(AttachedDeviceProgram& p, int prog_fd, const bpf_prog_inf
   }
 }
 
-// nullopt when the program went away between the query and now.
-std::optional<AttachedDeviceProgram> describe_program(std::uint32_t id, const std::set<std::uint32_t>& link_ids) {
+}  // namespace
+
+std::optional<AttachedDeviceProgram> read_program(std::uint32_t id) {
   OwnedFd fd(bpf_prog_get_fd_by_id(id));
   if (!fd.valid()) return std::nullopt;
   bpf_prog_info info{};
@@ -190,36 +196,41 @@ std::optional<AttachedDeviceProgram> describe_program(std::uint32_t id, const st
   p.id = id;
   p.name = info.name;
   p.owner = owner_of(p.name);
-  p.link = link_ids.count(id) != 0;
   read_program_code(p, fd.get(), info);
   return p;
 }
 
-}  // namespace
-
 Result<std::vector<AttachedDeviceProgram>> describe_attached(int cgroup_fd, const std::string& dir,
+                                                             DeviceProgramCache& cache,
+                                                             const std::set<std::uint32_t>* link_ids,
                                                              AttachedIds* ids_out) {
   auto ids = query_ids(cgroup_fd, dir);
   if (!ids) return ids.error();
   std::vector<AttachedDeviceProgram> programs;
-  std::set<std::uint32_t> link_ids;
-  if (!ids->ids.empty()) link_ids = link_attached_program_ids(dir);
-  for (std::uint32_t id : ids->ids)
-    if (auto p = describe_program(id, link_ids)) programs.push_back(std::move(*p));
+  programs.reserve(ids->ids.size());
+  for (std::uint32_t id : ids->ids) {
+    auto p = cache.describe(id);
+    if (!p) continue;  // detached and released meanwhile
+    p->link = link_ids && link_ids->count(id) != 0;
+    programs.push_back(std::move(*p));
+  }
   if (ids_out) *ids_out = std::move(*ids);
   return programs;
 }
 
 }  // namespace v2_kernel
 
-Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir) {
+Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir,
+                                                                 DeviceProgramCache& cache) {
   std::vector<AttachedDeviceProgram> all;
   for (const auto& cg : v2_kernel::device_cgroups_of(cgroup_dir)) {
     auto cgroup = v2_kernel::open_cgroup(cg.dir);
     // crun's sub-cgroup going away with its container is not an error of the container's.
     if (!cgroup && !cg.subgroup.empty() && ::access(cg.dir.c_str(), F_OK) != 0) continue;
     if (!cgroup) return cgroup.error();
-    auto programs = v2_kernel::describe_attached(cgroup->get(), cg.dir);
+    // Which are link-attached is only worth a walk of every link on the node when one of
+    // them denies a wanted device (a repair finds out then: device_program_repair.cpp).
+    auto programs = v2_kernel::describe_attached(cgroup->get(), cg.dir, cache);
     if (!programs) return programs.error();
     for (auto& p : *programs) {
       p.subgroup = cg.subgroup;
@@ -227,6 +238,21 @@ Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::stri
     }
   }
   return all;
+}
+
+Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir) {
+  DeviceProgramCache cache;
+  auto programs = query_device_programs(cgroup_dir, cache);
+  if (!programs) return programs;
+  // A one-shot look (`check`) says which are link-attached: it can afford the walk.
+  std::map<std::string, std::set<std::uint32_t>> links;
+  for (auto& p : *programs) {
+    const std::string dir = p.subgroup.empty() ? cgroup_dir : cgroup_dir + "/" + p.subgroup;
+    auto found = links.find(dir);
+    if (found == links.end()) found = links.emplace(dir, v2_kernel::link_attached_program_ids(dir)).first;
+    p.link = found->second.count(p.id) != 0;
+  }
+  return programs;
 }
 
 }  // namespace gdw

@@ -55,11 +55,17 @@ struct AttachedDeviceProgram {
 // The name our programs carry (bpf_prog_info.name holds 15 characters).
 inline constexpr const char* kOurProgramName = "gdw_devices";
 
+class DeviceProgramCache;  // device_program_cache.h
+
 // Programs attached directly to a container's cgroup directory (not inherited ones), in the
 // kernel's order, then those attached to its crun sub-cgroup `<cgroup_dir>/container` when
 // that exists (crun with the systemd driver on v2 puts the processes and its program there;
 // they run under both). Link-attached ones are recognised by walking the system's bpf links
-// (libbpf 1.1 has no link ids in bpf_prog_query).
+// (libbpf 1.1 has no link ids in bpf_prog_query): only where a repair needs to know,
+// `link` is false until then. Descriptions come from `cache` (device_program_cache.h).
+Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir,
+                                                                 DeviceProgramCache& cache);
+// The same for a one-shot look (a cache of its own).
 Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir);
 
 // Does the ordered rule list allow `dev` with `access` (runc's filter semantics)?
@@ -82,11 +88,19 @@ struct UndetachedProgram {
 
 // What a repair does, decided from a query alone (pure).
 struct V2Plan {
+  // The programs that deny a wanted device: each is replaced by our wrapper that adds
+  // `added` (the wanted devices) to old.inner (wrap_device_program).
   struct Replacement {
     AttachedDeviceProgram old;
-    BpfCode code;  // our wrapper: wanted devices, then old.inner
+    std::vector<WantedDevice> added;
   };
-  std::vector<Replacement> replace;       // the programs that deny a wanted device
+  std::vector<Replacement> replace;
+  // Programs that deny a wanted device while a wrapper of ours attached beside them (same
+  // cgroup) runs the very same instructions and adds exactly the wanted devices: detaching
+  // one takes away nothing that wrapper does not enforce, and nothing is piled up. This is
+  // how a re-applier that attaches the same program again without detaching ours (systemd
+  // on daemon-reload: its previous program is the one we replaced) is answered.
+  std::vector<AttachedDeviceProgram> detach;
   std::vector<UndetachedProgram> leave;   // deny one too, but cannot be replaced by us
 };
 V2Plan plan_v2_repair(const std::vector<AttachedDeviceProgram>& attached, const std::vector<WantedDevice>& wanted);
@@ -103,14 +117,25 @@ struct V2Repair {
   std::vector<UndetachedProgram> left_attached;
   std::vector<AttachedDeviceProgram> now;    // attached after the repair
   std::vector<WantedDevice> still_denied;    // by `now`
+  // Of those, the ones only programs that cannot be replaced (left_attached) deny: the
+  // others were denied again by a program attached after the last round (a re-applier
+  // still at work), which its own attach event or the next look answers.
+  std::vector<WantedDevice> refused;
+  std::size_t detached = 0;  // programs detached beside a wrapper running their code
 };
 
 // Replaces each program that denies a wanted device with our wrapper around it (see the
-// top of this file), on the container's cgroup and on its crun sub-cgroup (as
-// query_device_programs); every other program stays. Returns without touching anything when no
-// program denies a wanted device. A program attached meanwhile is decided on a fresh query
-// (up to 3 rounds). Errors: the cgroup cannot be opened or queried, a load the verifier
-// rejects, a failed attach; each names the cgroup and the errno text.
+// top of this file), or detaches it where a wrapper of ours already runs its code (V2Plan),
+// on the container's cgroup and on its crun sub-cgroup (as query_device_programs); every
+// other program stays. Returns without touching anything when no program denies a wanted
+// device. A program attached or detached meanwhile (a re-applier at work) is decided on a
+// fresh query, until none denies a wanted device that could be replaced, for up to
+// kRepairRounds rounds. Errors: the cgroup cannot be opened or queried, a load the
+// verifier rejects, a failed attach; each names the cgroup and the errno text.
+inline constexpr int kRepairRounds = 8;
+Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,
+                                       DeviceProgramCache& cache);
+// The same for a one-shot repair (a cache of its own; the wrappers stay attached).
 Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted);
 
 }  // namespace gdw

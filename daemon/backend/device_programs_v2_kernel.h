@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "backend/device_program_cache.h"
 #include "backend/device_programs_v2.h"
 #include "core/result.h"
 
@@ -48,8 +51,17 @@ struct AttachedIds {
   std::uint32_t attach_flags = 0;  // the cgroup's mode for this attach type
 };
 
-// The programs attached to the open cgroup, described; `ids_out` gets the raw query.
+// Program `id`, read from the kernel (not `link` or `subgroup`); nullopt when it is gone.
+std::optional<AttachedDeviceProgram> read_program(std::uint32_t id);
+// Program ids attached to the cgroup through bpf_links of type BPF_CGROUP_DEVICE: a walk of
+// every bpf link on the node (libbpf 1.1 has no link ids in bpf_prog_query).
+std::set<std::uint32_t> link_attached_program_ids(const std::string& dir);
+
+// The programs attached to the open cgroup, described (through `cache`); `link` set from
+// `link_ids` when given (else false); `ids_out` gets the raw query.
 Result<std::vector<AttachedDeviceProgram>> describe_attached(int cgroup_fd, const std::string& dir,
+                                                             DeviceProgramCache& cache,
+                                                             const std::set<std::uint32_t>* link_ids = nullptr,
                                                              AttachedIds* ids_out = nullptr);
 
 }  // namespace gdw::v2_kernel

@@ -379,26 +379,4 @@ Result<std::unique_ptr<SystemdClient>> SystemdClient::connect(const std::string&
   return std::unique_ptr<SystemdClient>(std::move(client));
 }
 
-Status add_device_allow_blocking(const std::string& address, const std::string& unit,
-                                 const std::vector<WantedDevice>& devices, std::chrono::milliseconds timeout) {
-  sd_event* raw_event = nullptr;
-  int rc = sd_event_new(&raw_event);
-  if (rc < 0) return Error{"creating an event loop for SetUnitProperties(" + unit + "): " + errno_text(rc)};
-  std::unique_ptr<sd_event, decltype(&sd_event_unref)> event(raw_event, &sd_event_unref);
-
-  auto client = SystemdClient::connect(address, event.get(), timeout);
-  if (!client) return client.error();
-  std::optional<Status> outcome;
-  if (auto started = (*client)->add_device_allow(unit, devices, [&outcome](Status s) { outcome = std::move(s); });
-      !started) {
-    return started;
-  }
-  // The call's own deadline ends this loop within `timeout`.
-  while (!outcome) {
-    rc = sd_event_run(event.get(), UINT64_MAX);
-    if (rc < 0) return Error{"running the event loop for SetUnitProperties(" + unit + "): " + errno_text(rc)};
-  }
-  return *outcome;
-}
-
 }  // namespace gdw

@@ -53,10 +53,4 @@ class SystemdClient {
   virtual Status on_reloading(std::function<void(bool active)> handler) = 0;
 };
 
-// Blocking variant for one-shot commands (`check --repair`): connect, call, wait ≤ timeout.
-// Runs its own private sd-event loop: sd_bus_call's own timeout does not cover the
-// authentication phase (sd-bus waits 90 s there for a peer that accepts but never answers).
-Status add_device_allow_blocking(const std::string& address, const std::string& unit,
-                                 const std::vector<WantedDevice>& devices, std::chrono::milliseconds timeout);
-
 }  // namespace gdw

@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include "core/config_values.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -11,317 +13,119 @@
 namespace gdw {
 namespace {
 
-// A setter reads one key's YAML node into the config; it returns the problem, if any.
-using Problem = std::optional<std::string>;
-using Setter = std::function<Problem(const YAML::Node&, Config&)>;
+namespace cv = config_values;
+using cv::Problem;
+using D = Duration;
 
-Problem as_string(const YAML::Node& n, std::string& out) {
-  if (!n.IsScalar()) return "expected a string";
-  out = n.Scalar();
-  return std::nullopt;
+// One key of the file: its dotted name and what reading it does (a member, its kind of
+// value and the checks on it, bound by the helpers below).
+struct ConfigKey {
+  std::string_view name;
+  std::function<Problem(const YAML::Node&, Config&)> read;
+};
+
+template <class T, class Reader>
+ConfigKey key(std::string_view name, T Config::*member, Reader reader) {
+  return {name, [member, reader](const YAML::Node& n, Config& c) { return reader(n, c.*member); }};
 }
 
-Problem as_bool(const YAML::Node& n, bool& out) {
-  if (!n.IsScalar()) return "expected true or false";
-  const std::string& s = n.Scalar();
-  if (s == "true" || s == "True" || s == "TRUE") {
-    out = true;
-  } else if (s == "false" || s == "False" || s == "FALSE") {
-    out = false;
-  } else {
-    return "expected true or false, got '" + s + "'";
-  }
-  return std::nullopt;
+template <class Section, class T, class Reader>
+ConfigKey key(std::string_view name, Section Config::*section, T Section::*member, Reader reader) {
+  return {name, [section, member, reader](const YAML::Node& n, Config& c) { return reader(n, c.*section.*member); }};
 }
 
-Problem as_uint(const YAML::Node& n, std::uint32_t& out, std::uint32_t min, std::uint32_t max) {
-  if (!n.IsScalar()) return "expected an integer";
-  const std::string& s = n.Scalar();
-  std::uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return "expected an integer, got '" + s + "'";
-  if (v < min || v > max)
-    return "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " + s;
-  out = static_cast<std::uint32_t>(v);
-  return std::nullopt;
+// A key that was taken out: a file that still sets it is told so rather than silently ignored.
+ConfigKey removed(std::string_view name, const char* why) {
+  return {name, [why](const YAML::Node&, Config&) -> Problem { return std::string(why); }};
 }
 
-Problem as_absolute_path(const YAML::Node& n, std::string& out) {
-  if (auto p = as_string(n, out)) return p;
-  if (out.empty() || out[0] != '/') return "must be an absolute path, got '" + out + "'";
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return std::nullopt;
-}
+using C = Config;
+// Every key of the configuration file, sorted by name.
+const ConfigKey kKeys[] = {
+    key("cdi.spec_dirs", &C::cdi, &C::Cdi::spec_dirs, cv::AbsolutePaths{}),
+    key("cgroup.driver", &C::cgroup, &C::Cgroup::driver,
+        cv::OneOf<CgroupDriver>{{{"auto", CgroupDriver::kAuto}, {"cgroupfs", CgroupDriver::kCgroupfs},
+                                 {"systemd", CgroupDriver::kSystemd}}}),
+    key("cgroup.kubepods", &C::cgroup, &C::Cgroup::kubepods, cv::RelativeCgroup{}),
+    key("cgroup.root", &C::cgroup, &C::Cgroup::root, cv::AbsolutePath{}),
+    key("cgroup.version", &C::cgroup, &C::Cgroup::version,
+        cv::OneOf<CgroupVersion>{{{"auto", CgroupVersion::kAuto}, {"v1", CgroupVersion::kV1},
+                                  {"v2", CgroupVersion::kV2}}}),
+    key("daemon.event_loop_slice_us", &C::daemon, &C::Daemon::event_loop_slice_us,
+        cv::ZeroOrCount{100, 100000}),  // EEVDF clamps a slice to 100 us .. 100 ms; 0: its default
+    key("daemon.program_query_interval", &C::daemon, &C::Daemon::program_query_interval, cv::Period{D{100}, D{3600000}}),
+    key("daemon.resync_interval", &C::daemon, &C::Daemon::resync_interval, cv::Period{D{1000}, D{86400000}}),
+    key("devices.control", &C::devices, &C::Devices::control, cv::NodeNames{}),
+    key("devices.dev_root", &C::devices, &C::Devices::dev_root, cv::AbsolutePath{}),
+    key("devices.dra_drivers", &C::devices, &C::Devices::dra_drivers, cv::Texts{}),
+    key("devices.env_visible", &C::devices, &C::Devices::env_visible,
+        cv::OneOf<EnvVisiblePolicy>{{{"report", EnvVisiblePolicy::kReport}, {"restore", EnvVisiblePolicy::kRestore}}}),
+    key("devices.mig_map", &C::devices, &C::Devices::mig_map, cv::MigMap{}),
+    key("devices.nvml_library", &C::devices, &C::Devices::nvml_library, cv::Text{}),
+    key("devices.nvml_timeout", &C::devices, &C::Devices::nvml_timeout, cv::Period{D{100}, D{600000}}),
+    key("devices.proc_root", &C::devices, &C::Devices::proc_root, cv::AbsolutePath{}),
+    key("devices.resources", &C::devices, &C::Devices::resources,
+        cv::NonEmptyTexts{"must list at least one resource name or glob"}),
+    key("events.enabled", &C::events, &C::Events::enabled,
+        cv::OneOf<EventsPolicy>{{{"auto", EventsPolicy::kAuto}, {"true", EventsPolicy::kOn},
+                                 {"false", EventsPolicy::kOff}}}),
+    key("events.pod_writes_per_minute", &C::events, &C::Events::pod_writes_per_minute, cv::Count{1, 600}),
+    key("kubelet.checkpoint", &C::kubelet, &C::Kubelet::checkpoint, cv::AbsolutePath{}),
+    key("kubelet.device_plugins_dir", &C::kubelet, &C::Kubelet::device_plugins_dir, cv::AbsolutePath{}),
+    key("kubelet.on_invalid_checksum", &C::kubelet, &C::Kubelet::on_invalid_checksum,
+        cv::OneOf<InvalidChecksumPolicy>{{{"use", InvalidChecksumPolicy::kUse},
+                                          {"ignore", InvalidChecksumPolicy::kIgnore}}}),
+    key("kubelet.plugin_probe_interval", &C::kubelet, &C::Kubelet::plugin_probe_interval, cv::Period{D{1000}, D{3600000}}),
+    key("kubelet.plugin_probe_timeout", &C::kubelet, &C::Kubelet::plugin_probe_timeout, cv::Period{D{10}, D{60000}}),
+    key("kubelet.pod_resources_interval", &C::kubelet, &C::Kubelet::pod_resources_interval, cv::Period{D{100}, D{3600000}}),
+    key("kubelet.pod_resources_socket", &C::kubelet, &C::Kubelet::pod_resources_socket, cv::AbsolutePath{}),
+    key("kubelet.pod_resources_timeout", &C::kubelet, &C::Kubelet::pod_resources_timeout, cv::Period{D{10}, D{60000}}),
+    key("kubelet.remediate_stale_checkpoint", &C::kubelet, &C::Kubelet::remediate_stale_checkpoint, cv::Flag{}),
+    key("kubelet.root_dir", &C::kubelet, &C::Kubelet::root_dir, cv::AbsolutePath{}),
+    key("kubelet.source", &C::kubelet, &C::Kubelet::source,
+        cv::OneOf<AllocationSource>{{{"auto", AllocationSource::kAuto}, {"checkpoint", AllocationSource::kCheckpoint},
+                                     {"pod-resources", AllocationSource::kPodResources}}}),
+    key("kubelet.stale_confirm_after", &C::kubelet, &C::Kubelet::stale_confirm_after, cv::Period{D{100}, D{86400000}}),
+    key("kubelet.unit", &C::kubelet, &C::Kubelet::unit, cv::NonEmptyText{"must name a systemd unit"}),
+    key("kubernetes.api_server", &C::kubernetes, &C::Kubernetes::api_server, cv::HttpsUrlOrEmpty{}),
+    key("kubernetes.ca_file", &C::kubernetes, &C::Kubernetes::ca_file, cv::AbsolutePath{}),
+    key("kubernetes.token_file", &C::kubernetes, &C::Kubernetes::token_file, cv::AbsolutePath{}),
+    key("log.level", &C::log, &C::Log::level, cv::OneOfWords{{"trace", "debug", "info", "warn", "error"}}),
+    key("metrics.health_stale_after", &C::metrics, &C::Metrics::health_stale_after, cv::Period{D{1000}, D{3600000}}),
+    key("metrics.listen", &C::metrics, &C::Metrics::listen, cv::ListenAddress{}),
+    key("metrics.web_config", &C::metrics, &C::Metrics::web_config, cv::OptionalAbsolutePath{}),
+    key("mode", &C::mode, cv::OneOf<Mode>{{{"enforce", Mode::kEnforce}, {"observe", Mode::kObserve}}}),
+    key("probe.enabled", &C::probe, &C::Probe::enabled, cv::Flag{}),
+    key("probe.syscall_hook", &C::probe, &C::Probe::syscall_hook,
+        cv::OneOf<SyscallHookPolicy>{{{"auto", SyscallHookPolicy::kAuto}, {"always", SyscallHookPolicy::kAlways},
+                                      {"on-drift", SyscallHookPolicy::kOnDrift}, {"off", SyscallHookPolicy::kOff}}}),
+    key("probe.syscall_hook_linger", &C::probe, &C::Probe::syscall_hook_linger, cv::Period{D{0}, D{86400000}}),
+    key("repair.burst", &C::repair, &C::Repair::burst, cv::Count{1, 1000000}),
+    key("repair.log_burst", &C::repair, &C::Repair::log_burst, cv::Count{1, 10000}),
+    key("repair.log_interval", &C::repair, &C::Repair::log_interval, cv::Period{D{100}, D{3600000}}),
+    key("repair.max_per_minute", &C::repair, &C::Repair::max_per_minute, cv::Count{1, 600000}),
+    key("repair.rejected_backoff", &C::repair, &C::Repair::rejected_backoff, cv::Period{D{100}, D{3600000}}),
+    // A cgroup v2 repair no longer rebuilds the runtime's device list from a guess of its
+    // built-in devices: it adds the wanted devices to the programs in force.
+    removed("runtime.builtin_devices",
+            "was removed: cgroup v2 repairs now keep each runtime's own device list and only add the "
+            "allocated devices; delete this key"),
+    key("runtime.state_dirs", &C::runtime, &C::Runtime::state_dirs, cv::AbsolutePaths{}),
+    key("systemd.bus_address", &C::systemd, &C::Systemd::bus_address, cv::Text{}),
+    key("systemd.timeout", &C::systemd, &C::Systemd::timeout, cv::Period{D{10}, D{60000}}),
+    key("systemd.unit_dirs", &C::systemd, &C::Systemd::unit_dirs, cv::AbsolutePaths{}),
+};
 
-Problem as_string_list(const YAML::Node& n, std::vector<std::string>& out) {
-  if (!n.IsSequence()) return "expected a list of strings";
-  std::vector<std::string> items;
-  for (const auto& item : n) {
-    if (!item.IsScalar() || item.Scalar().empty()) return "expected a list of non-empty strings";
-    items.push_back(item.Scalar());
-  }
-  out = std::move(items);
-  return std::nullopt;
-}
-
-Problem as_duration(const YAML::Node& n, Duration& out, Duration min, Duration max) {
-  if (!n.IsScalar()) return "expected a duration such as 500ms, 30s, 5m";
-  auto d = parse_duration(n.Scalar());
-  if (!d) return d.error().message;
-  if (*d < min || *d > max)
-    return "must be between " + format_duration(min) + " and " + format_duration(max) + ", got " + n.Scalar();
-  out = *d;
-  return std::nullopt;
-}
-
-template <class E>
-Problem as_enum(const YAML::Node& n, E& out, std::initializer_list<std::pair<const char*, E>> choices) {
-  std::string s;
-  if (auto p = as_string(n, s)) return p;
-  std::string names;
-  for (const auto& [name, value] : choices) {
-    if (s == name) {
-      out = value;
-      return std::nullopt;
-    }
-    names += names.empty() ? name : std::string(" | ") + name;
-  }
-  return "must be one of " + names + ", got '" + s + "'";
-}
-
-Problem as_listen_address(const YAML::Node& n, std::string& out) {
-  if (auto p = as_string(n, out)) return p;
-  if (out.empty()) return std::nullopt;  // no HTTP server
-  auto colon = out.rfind(':');
-  if (colon == std::string::npos) return "must be host:port, :port or empty, got '" + out + "'";
-  std::string host = out.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() != ']') return "bad IPv6 host in '" + out + "'";
-  std::string port = out.substr(colon + 1);
-  std::uint32_t v = 0;
-  auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), v);
-  if (port.empty() || ec != std::errc() || p != port.data() + port.size() || v == 0 || v > 65535)
-    return "port must be 1-65535 in '" + out + "'";
-  return std::nullopt;
-}
-
-Problem as_relative_cgroup(const YAML::Node& n, std::string& out) {
-  if (auto p = as_string(n, out)) return p;
-  while (!out.empty() && out.front() == '/') out.erase(out.begin());
-  while (!out.empty() && out.back() == '/') out.pop_back();
-  if (out.find("..") != std::string::npos) return "must not contain '..'";
-  return std::nullopt;
-}
-
-Problem as_node_names(const YAML::Node& n, std::vector<std::string>& out) {
-  std::vector<std::string> names;
-  if (auto p = as_string_list(n, names)) return p;
-  for (const auto& name : names) {
-    if (name.front() == '/' || name.find("..") != std::string::npos)
-      return "'" + name + "' must be a node name relative to devices.dev_root";
-  }
-  out = std::move(names);
-  return std::nullopt;
-}
-
-Problem as_mig_map(const YAML::Node& n, std::vector<MigDevice>& out) {
-  if (n.IsNull()) {
-    out.clear();
-    return std::nullopt;
-  }
-  if (!n.IsMap()) return "expected a mapping of MIG UUID to {gpu, gi, ci}";
-  std::vector<MigDevice> migs;
-  for (const auto& kv : n) {
-    const std::string uuid = kv.first.Scalar();
-    std::string where = "'" + uuid + "' (line " + std::to_string(kv.first.Mark().line + 1) + ")";
-    if (uuid.rfind("MIG-", 0) != 0) return where + ": key must be a MIG UUID (MIG-…)";
-    const YAML::Node& v = kv.second;
-    if (!v.IsMap()) return where + ": expected {gpu: N, gi: N, ci: N}";
-    MigDevice mig;
-    mig.uuid = uuid;
-    std::set<std::string> seen;
-    for (const auto& f : v) {
-      const std::string field = f.first.Scalar();
-      std::uint32_t* target = field == "gpu" ? &mig.gpu_minor
-                              : field == "gi" ? &mig.gpu_instance
-                              : field == "ci" ? &mig.compute_instance
-                                              : nullptr;
-      if (!target) return where + ": unknown field '" + field + "' (expected gpu, gi, ci)";
-      if (auto p = as_uint(f.second, *target, 0, 255)) return where + "." + field + ": " + *p;
-      seen.insert(field);
-    }
-    if (seen.size() != 3) return where + ": needs all of gpu, gi, ci";
-    migs.push_back(mig);
-  }
-  out = std::move(migs);
-  return std::nullopt;
-}
-
-const std::map<std::string, Setter>& setters() {
-  using D = Duration;
-  static const std::map<std::string, Setter> table = {
-      {"mode", [](auto& n, Config& c) {
-         return as_enum(n, c.mode, {{"enforce", Mode::kEnforce}, {"observe", Mode::kObserve}});
-       }},
-      {"cgroup.root", [](auto& n, Config& c) { return as_absolute_path(n, c.cgroup.root); }},
-      {"cgroup.kubepods", [](auto& n, Config& c) { return as_relative_cgroup(n, c.cgroup.kubepods); }},
-      {"cgroup.version", [](auto& n, Config& c) {
-         return as_enum(n, c.cgroup.version,
-                        {{"auto", CgroupVersion::kAuto}, {"v1", CgroupVersion::kV1}, {"v2", CgroupVersion::kV2}});
-       }},
-      {"cgroup.driver", [](auto& n, Config& c) {
-         return as_enum(n, c.cgroup.driver,
-                        {{"auto", CgroupDriver::kAuto},
-                         {"cgroupfs", CgroupDriver::kCgroupfs},
-                         {"systemd", CgroupDriver::kSystemd}});
-       }},
-      {"kubelet.root_dir", [](auto& n, Config& c) { return as_absolute_path(n, c.kubelet.root_dir); }},
-      {"kubelet.checkpoint", [](auto& n, Config& c) { return as_absolute_path(n, c.kubelet.checkpoint); }},
-      {"kubelet.on_invalid_checksum", [](auto& n, Config& c) {
-         return as_enum(n, c.kubelet.on_invalid_checksum,
-                        {{"use", InvalidChecksumPolicy::kUse}, {"ignore", InvalidChecksumPolicy::kIgnore}});
-       }},
-      {"kubelet.source", [](auto& n, Config& c) {
-         return as_enum(n, c.kubelet.source,
-                        {{"auto", AllocationSource::kAuto},
-                         {"checkpoint", AllocationSource::kCheckpoint},
-                         {"pod-resources", AllocationSource::kPodResources}});
-       }},
-      {"kubelet.pod_resources_socket",
-       [](auto& n, Config& c) { return as_absolute_path(n, c.kubelet.pod_resources_socket); }},
-      {"kubelet.pod_resources_timeout",
-       [](auto& n, Config& c) { return as_duration(n, c.kubelet.pod_resources_timeout, D{10}, D{60000}); }},
-      {"kubelet.pod_resources_interval",
-       [](auto& n, Config& c) { return as_duration(n, c.kubelet.pod_resources_interval, D{100}, D{3600000}); }},
-      {"kubelet.device_plugins_dir",
-       [](auto& n, Config& c) { return as_absolute_path(n, c.kubelet.device_plugins_dir); }},
-      {"kubelet.plugin_probe_interval",
-       [](auto& n, Config& c) { return as_duration(n, c.kubelet.plugin_probe_interval, D{1000}, D{3600000}); }},
-      {"kubelet.plugin_probe_timeout",
-       [](auto& n, Config& c) { return as_duration(n, c.kubelet.plugin_probe_timeout, D{10}, D{60000}); }},
-      {"kubelet.remediate_stale_checkpoint",
-       [](auto& n, Config& c) { return as_bool(n, c.kubelet.remediate_stale_checkpoint); }},
-      {"kubelet.stale_confirm_after",
-       [](auto& n, Config& c) { return as_duration(n, c.kubelet.stale_confirm_after, D{100}, D{86400000}); }},
-      {"kubelet.unit", [](auto& n, Config& c) {
-         if (auto p = as_string(n, c.kubelet.unit)) return p;
-         return c.kubelet.unit.empty() ? Problem("must name a systemd unit") : std::nullopt;
-       }},
-      {"runtime.state_dirs", [](auto& n, Config& c) -> Problem {
-         std::vector<std::string> dirs;
-         if (auto p = as_string_list(n, dirs)) return p;
-         for (const auto& d : dirs)
-           if (d[0] != '/') return "'" + d + "' must be an absolute path";
-         c.runtime.state_dirs = std::move(dirs);
-         return std::nullopt;
-       }},
-      // Removed: a cgroup v2 repair no longer rebuilds the runtime's device list from a guess
-      // of its built-in devices; it adds the wanted devices to the programs in force. A
-      // config that still sets it is told so rather than silently ignored.
-      {"runtime.builtin_devices", [](auto&, Config&) -> Problem {
-         return "was removed: cgroup v2 repairs now keep each runtime's own device list and only add the "
-                "allocated devices; delete this key";
-       }},
-      {"devices.dev_root", [](auto& n, Config& c) { return as_absolute_path(n, c.devices.dev_root); }},
-      {"devices.proc_root", [](auto& n, Config& c) { return as_absolute_path(n, c.devices.proc_root); }},
-      {"devices.resources", [](auto& n, Config& c) -> Problem {
-         if (auto p = as_string_list(n, c.devices.resources)) return p;
-         if (c.devices.resources.empty()) return "must list at least one resource name or glob";
-         return std::nullopt;
-       }},
-      {"devices.control", [](auto& n, Config& c) { return as_node_names(n, c.devices.control); }},
-      {"devices.dra_drivers", [](auto& n, Config& c) { return as_string_list(n, c.devices.dra_drivers); }},
-      {"cdi.spec_dirs", [](auto& n, Config& c) -> Problem {
-         if (auto p = as_string_list(n, c.cdi.spec_dirs)) return p;
-         for (const auto& dir : c.cdi.spec_dirs)
-           if (dir.front() != '/') return "'" + dir + "' must be an absolute path";
-         return std::nullopt;
-       }},
-      {"devices.nvml_library", [](auto& n, Config& c) { return as_string(n, c.devices.nvml_library); }},
-      {"devices.nvml_timeout",
-       [](auto& n, Config& c) { return as_duration(n, c.devices.nvml_timeout, D{100}, D{600000}); }},
-      {"devices.mig_map", [](auto& n, Config& c) { return as_mig_map(n, c.devices.mig_map); }},
-      {"devices.env_visible", [](auto& n, Config& c) {
-         return as_enum(n, c.devices.env_visible,
-                        {{"report", EnvVisiblePolicy::kReport}, {"restore", EnvVisiblePolicy::kRestore}});
-       }},
-      {"repair.burst", [](auto& n, Config& c) { return as_uint(n, c.repair.burst, 1, 1000000); }},
-      {"repair.max_per_minute", [](auto& n, Config& c) { return as_uint(n, c.repair.max_per_minute, 1, 600000); }},
-      {"repair.log_burst", [](auto& n, Config& c) { return as_uint(n, c.repair.log_burst, 1, 10000); }},
-      {"repair.log_interval",
-       [](auto& n, Config& c) { return as_duration(n, c.repair.log_interval, D{100}, D{3600000}); }},
-      {"repair.rejected_backoff",
-       [](auto& n, Config& c) { return as_duration(n, c.repair.rejected_backoff, D{100}, D{3600000}); }},
-      {"daemon.resync_interval",
-       [](auto& n, Config& c) { return as_duration(n, c.daemon.resync_interval, D{1000}, D{86400000}); }},
-      {"daemon.program_query_interval",
-       [](auto& n, Config& c) { return as_duration(n, c.daemon.program_query_interval, D{100}, D{3600000}); }},
-      {"daemon.event_loop_slice_us", [](auto& n, Config& c) -> Problem {
-         // The kernel takes 100 us to 100 ms (EEVDF's clamp); 0 gives its default back.
-         if (auto p = as_uint(n, c.daemon.event_loop_slice_us, 0, 100000)) return p;
-         if (c.daemon.event_loop_slice_us != 0 && c.daemon.event_loop_slice_us < 100)
-           return "must be 0 or between 100 and 100000, got " + n.Scalar();
-         return std::nullopt;
-       }},
-      {"metrics.listen", [](auto& n, Config& c) { return as_listen_address(n, c.metrics.listen); }},
-      {"metrics.web_config",
-       [](auto& n, Config& c) {  // null or "": off
-         if (n.IsNull() || (n.IsScalar() && n.Scalar().empty())) return c.metrics.web_config.clear(), Problem{};
-         return as_absolute_path(n, c.metrics.web_config);
-       }},
-      {"metrics.health_stale_after",
-       [](auto& n, Config& c) { return as_duration(n, c.metrics.health_stale_after, D{1000}, D{3600000}); }},
-      {"probe.enabled", [](auto& n, Config& c) { return as_bool(n, c.probe.enabled); }},
-      {"probe.syscall_hook", [](auto& n, Config& c) {
-         return as_enum(n, c.probe.syscall_hook,
-                        {{"auto", SyscallHookPolicy::kAuto},
-                         {"always", SyscallHookPolicy::kAlways},
-                         {"on-drift", SyscallHookPolicy::kOnDrift},
-                         {"off", SyscallHookPolicy::kOff}});
-       }},
-      {"probe.syscall_hook_linger",
-       [](auto& n, Config& c) { return as_duration(n, c.probe.syscall_hook_linger, D{0}, D{86400000}); }},
-      {"systemd.bus_address", [](auto& n, Config& c) { return as_string(n, c.systemd.bus_address); }},
-      {"systemd.timeout", [](auto& n, Config& c) { return as_duration(n, c.systemd.timeout, D{10}, D{60000}); }},
-      {"systemd.unit_dirs", [](auto& n, Config& c) -> Problem {
-         std::vector<std::string> dirs;
-         if (auto p = as_string_list(n, dirs)) return p;
-         for (const auto& d : dirs)
-           if (d.empty() || d[0] != '/') return "'" + d + "' must be an absolute path";
-         c.systemd.unit_dirs = std::move(dirs);
-         return std::nullopt;
-       }},
-      {"kubernetes.api_server", [](auto& n, Config& c) -> Problem {
-         if (auto p = as_string(n, c.kubernetes.api_server)) return p;
-         while (!c.kubernetes.api_server.empty() && c.kubernetes.api_server.back() == '/') c.kubernetes.api_server.pop_back();
-         const std::string& url = c.kubernetes.api_server;
-         if (url.empty()) return std::nullopt;  // in-cluster: KUBERNETES_SERVICE_HOST/_PORT
-         if (url.rfind("https://", 0) != 0 || url.size() == 8 || url.find_first_of("/?# ", 8) != std::string::npos)
-           return "must be https://host[:port] or empty, got '" + url + "'";
-         return std::nullopt;
-       }},
-      {"kubernetes.token_file", [](auto& n, Config& c) { return as_absolute_path(n, c.kubernetes.token_file); }},
-      {"kubernetes.ca_file", [](auto& n, Config& c) { return as_absolute_path(n, c.kubernetes.ca_file); }},
-      {"events.enabled", [](auto& n, Config& c) {
-         return as_enum(n, c.events.enabled,
-                        {{"auto", EventsPolicy::kAuto}, {"true", EventsPolicy::kOn}, {"false", EventsPolicy::kOff}});
-       }},
-      {"events.pod_writes_per_minute",
-       [](auto& n, Config& c) { return as_uint(n, c.events.pod_writes_per_minute, 1, 600); }},
-      {"log.level", [](auto& n, Config& c) {
-         if (auto p = as_string(n, c.log.level)) return p;
-         static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
-         return levels.count(c.log.level) ? std::nullopt
-                                          : Problem("must be one of trace | debug | info | warn | error, got '" +
-                                                    c.log.level + "'");
-       }},
-  };
-  return table;
+const ConfigKey* find_key(std::string_view name) {
+  for (const auto& k : kKeys)
+    if (k.name == name) return &k;
+  return nullptr;
 }
 
 bool is_section(const std::string& path) {
-  const auto& table = setters();
-  auto it = table.lower_bound(path + ".");
-  return it != table.end() && it->first.rfind(path + ".", 0) == 0;
+  for (const auto& k : kKeys)
+    if (k.name.size() > path.size() && k.name.substr(0, path.size() + 1) == path + ".") return true;
+  return false;
 }
 
 Status walk(const YAML::Node& node, const std::string& prefix, Config& config, const std::string& file) {
@@ -335,12 +139,11 @@ Status walk(const YAML::Node& node, const std::string& prefix, Config& config, c
     if (!kv.first.IsScalar()) return Error{at(kv.first) + "keys must be plain strings"};
     const std::string path = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
     if (!seen.insert(kv.first.Scalar()).second) return Error{at(kv.first) + path + ": duplicate key"};
-    const auto& table = setters();
-    if (auto it = table.find(path); it != table.end()) {
+    if (const ConfigKey* k = find_key(path)) {
       const YAML::Node& value = kv.second;
       // A key with no value has no line of its own: point at the key.
       const YAML::Node& where = value.IsNull() ? kv.first : value;
-      if (auto problem = it->second(value, config)) return Error{at(where) + path + ": " + *problem};
+      if (auto problem = k->read(value, config)) return Error{at(where) + path + ": " + *problem};
     } else if (is_section(path)) {
       if (auto s = walk(kv.second, path, config, file); !s) return s;
     } else {
@@ -417,7 +220,7 @@ Result<Config> parse_config(std::string_view yaml_text, const std::string& file_
 
 std::vector<std::string> config_keys() {
   std::vector<std::string> keys;
-  for (const auto& [k, v] : setters()) keys.push_back(k);
+  for (const auto& k : kKeys) keys.emplace_back(k.name);
   return keys;
 }
 

@@ -69,8 +69,7 @@ RepairPlan plan_repair(RepairState& state, const std::vector<WantedDevice>& miss
   return plan;
 }
 
-SettledGrants settle_grants(RepairState& state, const std::vector<DeviceOutcome>& outcomes,
-                            const std::vector<WantedDevice>& wanted, bool persistable, Clock::time_point now,
+SettledGrants settle_grants(RepairState& state, const std::vector<DeviceOutcome>& outcomes, Clock::time_point now,
                             const RepairSettings& settings) {
   SettledGrants s;
   s.granted.reserve(outcomes.size());
@@ -86,14 +85,32 @@ SettledGrants settle_grants(RepairState& state, const std::vector<DeviceOutcome>
       s.gone = true;
       return s;
     }
+    if (o.outcome.error().code == EAGAIN) {
+      earliest(s.retry_at, now + settings.raced_retry);
+      continue;
+    }
     state.refused_until[o.device.dev] = now + settings.rejected_backoff;
     earliest(s.retry_at, now + settings.rejected_backoff);
     if (state.refused_reported.first(o.device.dev)) s.report_refused.emplace_back(o.device, o.outcome.error());
   }
-  if (s.granted.empty() || !persistable || state.persist_in_flight) return s;
-  for (const auto& d : wanted)
-    if (!state.persisted.count(d.dev)) s.persist.push_back(d);
   return s;
+}
+
+PersistencePlan plan_persistence(const RepairState& state, const std::optional<std::vector<WantedDevice>>& lacking,
+                                 const std::vector<WantedDevice>& granted, Clock::time_point now,
+                                 const RepairSettings& settings) {
+  PersistencePlan plan;
+  const std::vector<WantedDevice>& devices = lacking ? *lacking : granted;
+  if (devices.empty() || state.persist_in_flight) return plan;
+  const bool all_taken_lately =
+      now < state.persisted_at + settings.persist_repeat &&
+      std::all_of(devices.begin(), devices.end(), [&](const WantedDevice& d) { return state.persisted_last.count(d.dev); });
+  if (all_taken_lately) {
+    plan.retry_at = state.persisted_at + settings.persist_repeat;
+    return plan;
+  }
+  plan.devices = devices;
+  return plan;
 }
 
 void persist_started(RepairState& state, Clock::time_point now, const RepairSettings& settings) {
@@ -105,7 +122,9 @@ void persist_answered(RepairState& state, const std::vector<WantedDevice>& devic
                       const RepairSettings& settings) {
   state.persist_in_flight = false;
   if (!ok) return;
-  for (const auto& d : devices) state.persisted.insert(d.dev);
+  state.persisted_last.clear();
+  for (const auto& d : devices) state.persisted_last.insert(d.dev);
+  state.persisted_at = now;
   state.quiet_until = now + settings.systemd_settle;
 }
 

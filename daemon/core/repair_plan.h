@@ -7,8 +7,9 @@
 //   observe mode only reports, which devices to grant now (refused grants wait for their
 //   back-off, the fight-loop guard's token bucket may hold all back) and when to look again.
 // - settle_grants: from the backend's outcomes, what was granted, which refusals to report
-//   (once until a grant succeeds), when to retry, and which devices to persist in the
-//   systemd scope's DeviceAllow= (systemd cgroup driver).
+//   (once until a grant succeeds), when to retry.
+// And beside them, plan_persistence: which devices to add to the systemd scope's
+// DeviceAllow= (systemd cgroup driver) so that systemd's own re-apply keeps them.
 #pragma once
 
 #include <map>
@@ -34,6 +35,12 @@ struct RepairSettings {
   // for a moment: not counted as drift for this long after the call's answer.
   Clock::duration systemd_settle = std::chrono::milliseconds(100);
   Clock::duration systemd_timeout{};   // systemd.timeout
+  // The same devices are asked of systemd again only this long after it last took them:
+  // a scope whose unit files systemd.unit_dirs does not show would be asked at every look.
+  Clock::duration persist_repeat = std::chrono::seconds(1);
+  // A grant lost to a program attached during the repair (cgroup v2, a re-applier still at
+  // work) is looked at again this soon; its own attach event usually comes first.
+  Clock::duration raced_retry = std::chrono::milliseconds(1);
   static RepairSettings from(const Config& config);
 };
 
@@ -51,10 +58,11 @@ struct RepairState {
   LogOnce read_error_reported;
   // No drift counted before this (systemd re-applying the scope after our call).
   Clock::time_point quiet_until{};
-  // systemd driver: the devices already in the scope's DeviceAllow=, and whether a call
-  // adding more is under way.
-  DeviceSet persisted;
+  // systemd driver: whether a call adding devices to the scope's DeviceAllow= is under way,
+  // and the devices systemd last took, when.
   bool persist_in_flight = false;
+  DeviceSet persisted_last;
+  Clock::time_point persisted_at{};
 };
 
 struct RepairPlan {
@@ -87,14 +95,26 @@ struct SettledGrants {
   std::vector<std::pair<WantedDevice, Error>> report_refused;  // first refusal: log + event
   std::optional<Clock::time_point> retry_at;
   bool gone = false;  // the cgroup vanished mid-repair
-  // systemd driver: add these to the scope's DeviceAllow= (nothing while a call is under way).
-  std::vector<WantedDevice> persist;
 };
 
-// `persistable`: the container's scope is a systemd unit; `wanted`: all it should have.
-SettledGrants settle_grants(RepairState& state, const std::vector<DeviceOutcome>& outcomes,
-                            const std::vector<WantedDevice>& wanted, bool persistable, Clock::time_point now,
+// Outcome codes: ENOENT/ENODEV the cgroup is gone; EAGAIN a program attached during the
+// repair denies again (looked at again after settings.raced_retry, not a refusal); any
+// other error a refusal (settings.rejected_backoff).
+SettledGrants settle_grants(RepairState& state, const std::vector<DeviceOutcome>& outcomes, Clock::time_point now,
                             const RepairSettings& settings);
+
+struct PersistencePlan {
+  std::vector<WantedDevice> devices;          // ask systemd to add these now
+  std::optional<Clock::time_point> retry_at;  // or look again then (persist_repeat)
+};
+// systemd driver, for a scope that restricts devices: what to add to its DeviceAllow= now.
+// `lacking`: the wanted devices its unit files lack (exposure), nullopt when they could not
+// be read; `granted`: what a grant just restored. Unit files read, whatever they lack is
+// added, before any harm; unread, the devices just granted. Nothing while a call is under
+// way; the same devices again only settings.persist_repeat after systemd last took them.
+PersistencePlan plan_persistence(const RepairState& state, const std::optional<std::vector<WantedDevice>>& lacking,
+                                 const std::vector<WantedDevice>& granted, Clock::time_point now,
+                                 const RepairSettings& settings);
 
 // A persistence call started / answered (`ok`): what the state keeps of it.
 void persist_started(RepairState& state, Clock::time_point now, const RepairSettings& settings);

@@ -3,16 +3,20 @@
 namespace gdw {
 
 SyscallHookSchedule::SyscallHookSchedule(SyscallHookPolicy policy, std::chrono::milliseconds linger,
-                                         bool rule_writes_need_hook)
+                                         bool rule_writes_need_hook, bool observe)
     : policy_(policy), linger_(linger) {
-  if (policy_ == SyscallHookPolicy::kAuto)
-    policy_ = rule_writes_need_hook ? SyscallHookPolicy::kAlways : SyscallHookPolicy::kOnDrift;
+  if (policy_ != SyscallHookPolicy::kAuto) return;
+  policy_ = rule_writes_need_hook || observe ? SyscallHookPolicy::kAlways : SyscallHookPolicy::kOnDrift;
+  if (rule_writes_need_hook)
+    always_reason_ = "always attached: rule writers are seen only there on this kernel";
+  else if (observe)
+    always_reason_ = "always attached in observe mode: every denied open is counted";
 }
 
 SyscallHookSchedule::Decision SyscallHookSchedule::update(bool drift, Clock::time_point now) {
   switch (policy_) {
     case SyscallHookPolicy::kOff: return {false, std::nullopt, "probe.syscall_hook: off"};
-    case SyscallHookPolicy::kAlways: return {true, std::nullopt, "always attached"};
+    case SyscallHookPolicy::kAlways: return {true, std::nullopt, always_reason_};
     default: break;
   }
   if (drift) {

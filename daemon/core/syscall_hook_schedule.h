@@ -4,6 +4,9 @@
 // it on kernels with the cap_capable tracepoint. So by default the hook is attached while
 // a GPU container is missing a device it should have (that is when its opens fail), and
 // for a linger period after, so a flapping container does not attach/detach it each time.
+// In observe mode nothing is repaired and the denied opens are what a user watches for:
+// `auto` keeps the hook attached from the start, so even the first opens after a
+// revocation are counted (a hook attached on drift comes a few milliseconds late).
 #pragma once
 
 #include <chrono>
@@ -25,14 +28,17 @@ class SyscallHookSchedule {
   };
 
   // rule_writes_need_hook: the probe sees rule writes only through the hook (no
-  // cap_capable tracepoint), which makes `auto` attach it permanently.
-  SyscallHookSchedule(SyscallHookPolicy policy, std::chrono::milliseconds linger, bool rule_writes_need_hook);
+  // cap_capable tracepoint), which makes `auto` attach it permanently; so does `observe`
+  // (mode: observe).
+  SyscallHookSchedule(SyscallHookPolicy policy, std::chrono::milliseconds linger, bool rule_writes_need_hook,
+                      bool observe = false);
 
   // `drift`: some GPU container is missing a device it should have, as of `now`.
   Decision update(bool drift, Clock::time_point now);
 
  private:
   SyscallHookPolicy policy_;
+  const char* always_reason_ = "always attached";
   std::chrono::milliseconds linger_;
   bool drifting_ = false;
   std::optional<Clock::time_point> drift_ended_;

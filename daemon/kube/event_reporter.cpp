@@ -58,6 +58,7 @@ std::unique_ptr<EventReporter> EventReporter::create(const Config& config, Event
 
 EventReporter::EventReporter(const Config& config, ApiEndpoint endpoint, EventLoop& loop, Metrics& metrics)
     : metrics_(metrics),
+      loop_metrics_(metrics),
       aggregator_(AggregatorOptions{.writes_per_minute = config.events.pod_writes_per_minute,
                                     .source = ReportingSource{"gpu-devwatch", node_name()}}),
       server_(endpoint.server) {
@@ -111,7 +112,7 @@ void EventReporter::schedule_flush() {
   if (auto s = flush_timer_.arm(std::chrono::duration_cast<std::chrono::microseconds>(delay) +
                                 std::chrono::microseconds(1));
       !s) {
-    metrics_.event_loop_error("events-flush");
+    loop_metrics_.event_loop_error("events-flush");
   }
 }
 

@@ -13,7 +13,8 @@
 #include "kube/event_aggregator.h"
 #include "kube/event_model.h"
 #include "kube/event_sender.h"
-#include "metrics/metrics.h"
+#include "metrics/daemon_metrics.h"
+#include "metrics/event_metrics.h"
 #include "watch/event_loop.h"
 
 namespace gdw::kube {
@@ -38,7 +39,8 @@ class EventReporter {
   void on_outcome(SendOutcome outcome, const std::string& detail);  // worker thread
   void log_outcomes();                                              // loop thread
 
-  Metrics& metrics_;
+  EventMetrics metrics_;
+  DaemonMetrics loop_metrics_;
   EventAggregator aggregator_;
   std::string server_;
   gdw::EventSource flush_timer_;

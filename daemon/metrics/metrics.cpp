@@ -13,188 +13,10 @@
 
 namespace gdw {
 
-enum class MetricId : std::uint8_t {
-  kDrift, kRegrants, kRepairDuration, kRepairsThrottled, kContainersWatched, kContainersMissingDevices,
-  kContainersUnidentified, kContainersThrottled, kCheckpointChecksumValid, kCheckpointLoaded, kBuildInfo,
-  kEventLoopErrors, kResyncs, kResyncDuration, kInotifyOverflows, kConfigReloads, kProbeLoaded,
-  kSyscallHookAttached, kPodResourcesCalls, kPodResourcesUp, kPodResourcesLatency,
-  kAllocationDisagreements, kAmbiguousPodIdentities, kIdentityConflicts, kCdiSpecErrors,
-  kCdiUnresolvedDevices, kDevicePrograms, kDeviceProgramsReplaced, kCheckpointStale,
-  kCheckpointUnknownDevices, kRemediationHeld, kRemediations, kDevicePluginUp, kDevicePluginLatency,
-  kCheckpointLastWrite, kNewestContainerStart, kCheckpointLag, kRevocations, kDeniedOpens,
-  kRingBufferDrops, kEventsSent, kEventsDropped, kExposedDevices, kContainersExposed,
-  kEnvVisibleContainers, kCount,
-};
-
 namespace {
 
 using Id = MetricId;
-using Series = MetricFamilySpec::Series;
 using Type = MetricType;
-
-// From 10 µs (the repair target is well under 1 ms) to 1 s.
-const prometheus::Histogram::BucketBoundaries kRepairBuckets = {
-    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1};
-const prometheus::Histogram::BucketBoundaries kResyncBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                                0.25,  0.5,   1,    2.5,   5};
-
-// Every family gpu-devwatch exports. test/deploy/check_metric_names.py reads the names
-// from these rows; the deploy rules and dashboard depend on them.
-const std::vector<MetricFamilySpec> kFamilies = {
-    {Id::kDrift, Type::kCounter, "gpu_devwatch_drift_total",
-     "A device a container must have was found missing from its device cgroup.",
-     {"namespace", "pod", "container", "device"}, Series::kOnUse},
-    {Id::kRegrants, Type::kCounter, "gpu_devwatch_regrants_total",
-     "Device grants written back, by result (success|error) and method (cgroupfs|bpf|systemd).",
-     {"result", "method"}, Series::kOnUse},
-    {Id::kRepairDuration, Type::kHistogram, "gpu_devwatch_repair_duration_seconds",
-     "Time from the event that revealed missing devices to the grant written.",
-     {}, Series::kAtStart, {}, &kRepairBuckets},
-    {Id::kRepairsThrottled, Type::kCounter, "gpu_devwatch_repairs_throttled_total",
-     "Repairs delayed because the container's devices were revoked faster than repair.max_per_minute.",
-     {"namespace", "pod", "container"}, Series::kOnUse},
-    {Id::kContainersWatched, Type::kGauge, "gpu_devwatch_containers_watched",
-     "GPU containers whose device cgroups are watched.",
-     {}, Series::kAtStart},
-    {Id::kContainersMissingDevices, Type::kGauge, "gpu_devwatch_containers_missing_devices",
-     "GPU containers missing at least one device right now.",
-     {}, Series::kAtStart},
-    {Id::kContainersUnidentified, Type::kGauge, "gpu_devwatch_containers_unidentified",
-     "Containers in pods holding devices whose OCI bundle was not found (not checked, not guessed).",
-     {}, Series::kAtStart},
-    {Id::kContainersThrottled, Type::kGauge, "gpu_devwatch_containers_throttled",
-     "GPU containers whose devices are revoked faster than repair.max_per_minute right now.",
-     {}, Series::kAtStart},
-    {Id::kCheckpointChecksumValid, Type::kGauge, "gpu_devwatch_checkpoint_checksum_valid",
-     "1 when the kubelet checkpoint's checksum verifies, 0 when it does not.",
-     {}, Series::kAtStart},
-    {Id::kCheckpointLoaded, Type::kGauge, "gpu_devwatch_checkpoint_loaded",
-     "1 when the last read of the kubelet checkpoint succeeded.",
-     {}, Series::kAtStart},
-    {Id::kBuildInfo, Type::kGauge, "gpu_devwatch_build_info",
-     "Version and git revision of the running gpu-devwatch.",
-     {"version", "revision"}, Series::kOnUse},
-    {Id::kEventLoopErrors, Type::kCounter, "gpu_devwatch_event_loop_errors_total",
-     "Errors in the daemon's event handlers, by source.",
-     {"source"}, Series::kOnUse},
-    {Id::kResyncs, Type::kCounter, "gpu_devwatch_resyncs_total",
-     "Full re-reads of every container, by reason (startup|periodic|overflow|reload|signal).",
-     {"reason"}, Series::kOnUse},
-    {Id::kResyncDuration, Type::kHistogram, "gpu_devwatch_resync_duration_seconds",
-     "Duration of a full resync.",
-     {}, Series::kAtStart, {}, &kResyncBuckets},
-    {Id::kInotifyOverflows, Type::kCounter, "gpu_devwatch_inotify_overflows_total",
-     "inotify queue overflows (each triggers a full resync).",
-     {}, Series::kAtStart},
-    {Id::kConfigReloads, Type::kCounter, "gpu_devwatch_config_reloads_total",
-     "Configuration reloads on SIGHUP, by result (success|error).",
-     {"result"}, Series::kOnUse},
-    {Id::kProbeLoaded, Type::kGauge, "gpu_devwatch_probe_loaded",
-     "1 when the eBPF probe is loaded, 0 when the daemon runs on inotify alone.",
-     {}, Series::kAtStart},
-    {Id::kSyscallHookAttached, Type::kGauge, "gpu_devwatch_probe_syscall_hook_attached",
-     "1 while the probe's syscall hook is attached (denied opens, exact v2 program events, rule-write "
-     "results); it slows every syscall on the node.",
-     {}, Series::kAtStart},
-    {Id::kPodResourcesCalls, Type::kCounter, "gpu_devwatch_pod_resources_calls_total",
-     "Calls to kubelet's PodResources List, by result (ok, socket-absent, deadline-exceeded, "
-     "resource-exhausted, unavailable, other).",
-     {"result"}, Series::kOnUse},
-    {Id::kPodResourcesUp, Type::kGauge, "gpu_devwatch_pod_resources_up",
-     "1 when the last PodResources List call succeeded.",
-     {}, Series::kOnUse},
-    {Id::kPodResourcesLatency, Type::kGauge, "gpu_devwatch_pod_resources_latency_seconds",
-     "Duration of the last PodResources List call (until its answer or failure).",
-     {}, Series::kOnUse},
-    {Id::kAllocationDisagreements, Type::kGauge, "gpu_devwatch_allocation_disagreements",
-     "Containers whose devices the checkpoint and the PodResources API report differently.",
-     {}, Series::kAtStart},
-    {Id::kAmbiguousPodIdentities, Type::kGauge, "gpu_devwatch_ambiguous_pod_identities",
-     "Pod names (namespace/name) held by more than one live pod UID: PodResources entries for them are"
-     " not used (checkpoint entries, keyed by UID, are).",
-     {}, Series::kAtStart},
-    {Id::kIdentityConflicts, Type::kGauge, "gpu_devwatch_identity_conflicts",
-     "Containers whose OCI bundle contradicts their cgroup (pod UID, runtime, container ID): the "
-     "bundle is not used.",
-     {}, Series::kAtStart},
-    {Id::kCdiSpecErrors, Type::kGauge, "gpu_devwatch_cdi_spec_errors",
-     "CDI spec files in cdi.spec_dirs that could not be read or parsed: their devices are not defined.",
-     {}, Series::kAtStart},
-    {Id::kCdiUnresolvedDevices, Type::kGauge, "gpu_devwatch_cdi_unresolved_devices",
-     "CDI device names allocated to running GPU containers (AllocResp, DRA claims) that no CDI spec "
-     "defines: nothing is granted for them.",
-     {}, Series::kAtStart},
-    {Id::kDevicePrograms, Type::kGauge, "gpu_devwatch_device_programs",
-     "cgroup v2: device programs attached to watched GPU containers, by owner (ours, systemd, "
-     "runtime).",
-     {"owner"}, Series::kOnUse},
-    {Id::kDeviceProgramsReplaced, Type::kCounter, "gpu_devwatch_device_programs_replaced_total",
-     "cgroup v2: device programs that repairs replaced or detached.",
-     {}, Series::kAtStart},
-    {Id::kCheckpointStale, Type::kGauge, "gpu_devwatch_checkpoint_stale",
-     "1 when the kubelet checkpoint names devices this host does not have or another boot's BootID.",
-     {}, Series::kAtStart},
-    {Id::kCheckpointUnknownDevices, Type::kGauge, "gpu_devwatch_checkpoint_unknown_devices",
-     "Device IDs in the kubelet checkpoint that are not on this host.",
-     {}, Series::kAtStart},
-    {Id::kRemediationHeld, Type::kGauge, "gpu_devwatch_checkpoint_remediation_held",
-     "1 for why a stale checkpoint is not remediated now: inventory-unconfirmed (no fresh inventory, "
-     "NVML asked again), awaiting-confirmation (kubelet.stale_confirm_after), devices-in-use (running "
-     "containers hold devices it names).",
-     {"reason"}, Series::kAtStart, {"inventory-unconfirmed", "awaiting-confirmation", "devices-in-use"}},
-    {Id::kRemediations, Type::kCounter, "gpu_devwatch_checkpoint_remediations_total",
-     "Stale checkpoints moved aside and kubelet restarted (kubelet.remediate_stale_checkpoint), by "
-     "result.",
-     {"result"}, Series::kOnUse},
-    {Id::kDevicePluginUp, Type::kGauge, "gpu_devwatch_device_plugin_up",
-     "1 when the device plugin on this socket answered GetDevicePluginOptions within the deadline.",
-     {"socket"}, Series::kOnUse},
-    {Id::kDevicePluginLatency, Type::kGauge, "gpu_devwatch_device_plugin_probe_latency_seconds",
-     "Duration of the last GetDevicePluginOptions probe of the plugin on this socket.",
-     {"socket"}, Series::kOnUse},
-    {Id::kCheckpointLastWrite, Type::kGauge, "gpu_devwatch_checkpoint_last_write_timestamp_seconds",
-     "When kubelet last wrote its device checkpoint (it does on every allocation).",
-     {}, Series::kAtStart},
-    {Id::kNewestContainerStart, Type::kGauge, "gpu_devwatch_newest_container_start_timestamp_seconds",
-     "When the newest running container's cgroup was created.",
-     {}, Series::kAtStart},
-    {Id::kCheckpointLag, Type::kGauge, "gpu_devwatch_checkpoint_lag_seconds",
-     "How much older the newest allocation in the checkpoint is than the newest running container.",
-     {}, Series::kAtStart},
-    {Id::kRevocations, Type::kCounter, "gpu_devwatch_revocations_total",
-     "Writes that revoked a GPU container's devices, by recognised writer.",
-     {"writer"}, Series::kOnUse},
-    {Id::kDeniedOpens, Type::kCounter, "gpu_devwatch_denied_opens_total",
-     "Opens that failed with EPERM inside a GPU container: device is the container's GPU node opened "
-     "by its registered path, or other (anything else).",
-     {"namespace", "pod", "container", "device"}, Series::kOnUse},
-    {Id::kRingBufferDrops, Type::kCounter, "gpu_devwatch_probe_ring_buffer_drops_total",
-     "Probe events lost because the ring buffer was full.",
-     {}, Series::kAtStart},
-    {Id::kEventsSent, Type::kCounter, "gpu_devwatch_events_sent_total",
-     "Kubernetes Event writes (POST or PATCH) the API server accepted.",
-     {}, Series::kAtStart},
-    {Id::kEventsDropped, Type::kCounter, "gpu_devwatch_events_dropped_total",
-     "Kubernetes Event writes dropped, by reason (queue_full, unreachable, rejected, credentials, "
-     "invalid_object).",
-     {"reason"}, Series::kAtStart, {"queue_full", "unreachable", "rejected", "credentials", "invalid_object"}},
-    {Id::kExposedDevices, Type::kGauge, "gpu_devwatch_exposed_devices",
-     "Devices a GPU container must have that the next re-apply of its device policy would revoke: its "
-     "OCI spec's device rules do not allow them (runtime re-apply), or, on the systemd driver, its "
-     "scope's DeviceAllow= lacks them (daemon-reload).",
-     {"namespace", "pod", "container"}, Series::kOnUse},
-    {Id::kContainersExposed, Type::kGauge, "gpu_devwatch_containers_exposed",
-     "GPU containers with at least one exposed device (gpu_devwatch_exposed_devices > 0).",
-     {}, Series::kAtStart},
-    {Id::kEnvVisibleContainers, Type::kGauge, "gpu_devwatch_env_visible_containers",
-     "Containers without a GPU allocation whose NVIDIA_VISIBLE_DEVICES names GPUs of this node "
-     "(restored only with devices.env_visible: restore).",
-     {}, Series::kAtStart},
-};
-
-std::map<std::string, std::string> labels_of(const ContainerLabels& c) {
-  return {{"namespace", c.pod_namespace}, {"pod", c.pod}, {"container", c.container}};
-}
 
 // A method asked its family for what its row does not make: a programming error.
 template <class T>
@@ -205,10 +27,8 @@ T& must(T* p, Id id, const char* what) {
 
 }  // namespace
 
-std::span<const MetricFamilySpec> metric_families() { return kFamilies; }
-
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), families_(std::size_t(Id::kCount)) {
-  for (const auto& spec : kFamilies) register_family(spec);
+  for (const auto& spec : metric_families()) register_family(spec);
   for (std::size_t i = 0; i < families_.size(); ++i) {
     const Registered& f = families_[i];
     if (!f.counters && !f.gauges && !f.histograms)
@@ -298,6 +118,10 @@ Status Metrics::start_http(const MetricsAccess& access) {
 
 std::string Metrics::render() const { return prometheus::TextSerializer().Serialize(registry_->Collect()); }
 
+std::map<std::string, std::string> Metrics::labels_of(const ContainerLabels& c) {
+  return {{"namespace", c.pod_namespace}, {"pod", c.pod}, {"container", c.container}};
+}
+
 std::size_t Metrics::LabelsHash::operator()(const ContainerLabels& c) const {
   const std::hash<std::string> h;
   return h(c.pod_namespace) ^ (h(c.pod) * 31) ^ (h(c.container) * 131);
@@ -317,138 +141,12 @@ prometheus::Counter& Metrics::container_counter(prometheus::Family<prometheus::C
   return counter;
 }
 
-void Metrics::drift(const ContainerLabels& c, const std::string& device) {
-  container_counter(counters(Id::kDrift), c, "device", device).Increment();
-}
-
-void Metrics::regrant(bool success, const std::string& method, std::size_t count) {
-  prometheus::Counter*& series = regrant_series_[{success, method}];
-  if (!series) series = &counters(Id::kRegrants).Add({{"result", success ? "success" : "error"}, {"method", method}});
-  series->Increment(static_cast<double>(count));
-}
-
-void Metrics::repair_duration(double seconds) { histogram(Id::kRepairDuration).Observe(seconds); }
-void Metrics::throttled(const ContainerLabels& c) { container_counter(counters(Id::kRepairsThrottled), c).Increment(); }
-void Metrics::set_containers_watched(std::size_t n) { gauge(Id::kContainersWatched).Set(static_cast<double>(n)); }
-void Metrics::set_containers_missing_devices(std::size_t n) { gauge(Id::kContainersMissingDevices).Set(static_cast<double>(n)); }
-void Metrics::set_containers_unidentified(std::size_t n) { gauge(Id::kContainersUnidentified).Set(static_cast<double>(n)); }
-void Metrics::set_containers_throttled(std::size_t n) { gauge(Id::kContainersThrottled).Set(static_cast<double>(n)); }
-
-void Metrics::set_container_exposure(const ContainerLabels& c, std::optional<std::size_t> exposed_devices,
-                                     bool env_visible) {
-  if (exposed_devices) {
-    gauges(Id::kExposedDevices).Add(labels_of(c)).Set(static_cast<double>(*exposed_devices));
-    exposed_[c] = *exposed_devices;
-  } else if (exposed_.erase(c)) {
-    gauges(Id::kExposedDevices).Remove(&gauges(Id::kExposedDevices).Add(labels_of(c)));
-  }
-  if (env_visible) {
-    env_visible_.insert(c);
-  } else {
-    env_visible_.erase(c);
-  }
-  update_exposure_totals();
-}
-
-void Metrics::update_exposure_totals() {
-  std::size_t exposed = 0;
-  for (const auto& [c, n] : exposed_) exposed += n > 0;
-  gauge(Id::kContainersExposed).Set(static_cast<double>(exposed));
-  gauge(Id::kEnvVisibleContainers).Set(static_cast<double>(env_visible_.size()));
-}
-
-void Metrics::forget(const ContainerLabels& c) {
-  set_container_exposure(c, std::nullopt, false);
+void Metrics::forget_container(const ContainerLabels& c) {
   auto it = by_container_.find(c);
   if (it == by_container_.end()) return;
   for (const auto& s : it->second) s.family->Remove(s.counter);
   if (&*it == last_container_) last_container_ = nullptr;
   by_container_.erase(it);
-}
-
-void Metrics::set_checkpoint_checksum_valid(bool valid) { gauge(Id::kCheckpointChecksumValid).Set(valid ? 1 : 0); }
-void Metrics::set_checkpoint_loaded(bool ok) { gauge(Id::kCheckpointLoaded).Set(ok ? 1 : 0); }
-void Metrics::event_loop_error(const std::string& source) { counters(Id::kEventLoopErrors).Add({{"source", source}}).Increment(); }
-
-void Metrics::resync(const std::string& reason, double seconds) {
-  counters(Id::kResyncs).Add({{"reason", reason}}).Increment();
-  histogram(Id::kResyncDuration).Observe(seconds);
-}
-
-void Metrics::inotify_overflow() { counter(Id::kInotifyOverflows).Increment(); }
-void Metrics::config_reload(bool success) {
-  counters(Id::kConfigReloads).Add({{"result", success ? "success" : "error"}}).Increment();
-}
-void Metrics::pod_resources_call(const std::string& result, double latency_seconds) {
-  counters(Id::kPodResourcesCalls).Add({{"result", result}}).Increment();
-  gauges(Id::kPodResourcesUp).Add({}).Set(result == "ok" ? 1 : 0);
-  gauges(Id::kPodResourcesLatency).Add({}).Set(latency_seconds);
-}
-void Metrics::set_allocation_disagreements(std::size_t n) { gauge(Id::kAllocationDisagreements).Set(static_cast<double>(n)); }
-void Metrics::set_ambiguous_pod_identities(std::size_t n) { gauge(Id::kAmbiguousPodIdentities).Set(static_cast<double>(n)); }
-void Metrics::set_identity_conflicts(std::size_t n) { gauge(Id::kIdentityConflicts).Set(static_cast<double>(n)); }
-void Metrics::set_cdi_spec_errors(std::size_t n) { gauge(Id::kCdiSpecErrors).Set(static_cast<double>(n)); }
-void Metrics::set_cdi_unresolved_devices(std::size_t n) { gauge(Id::kCdiUnresolvedDevices).Set(static_cast<double>(n)); }
-void Metrics::set_device_programs(const std::string& owner, std::size_t n) {
-  gauges(Id::kDevicePrograms).Add({{"owner", owner}}).Set(static_cast<double>(n));
-}
-void Metrics::programs_replaced(std::size_t n) { counter(Id::kDeviceProgramsReplaced).Increment(static_cast<double>(n)); }
-
-void Metrics::set_checkpoint_stale(bool stale, std::size_t unknown_devices) {
-  gauge(Id::kCheckpointStale).Set(stale ? 1 : 0);
-  gauge(Id::kCheckpointUnknownDevices).Set(static_cast<double>(unknown_devices));
-}
-void Metrics::set_checkpoint_remediation_held(const std::string& reason) {
-  for (const char* r : {"inventory-unconfirmed", "awaiting-confirmation", "devices-in-use"})
-    gauges(Id::kRemediationHeld).Add({{"reason", r}}).Set(reason == r ? 1 : 0);
-}
-
-void Metrics::checkpoint_remediation(bool success) {
-  counters(Id::kRemediations).Add({{"result", success ? "success" : "error"}}).Increment();
-}
-void Metrics::set_device_plugin(const std::string& socket, bool up, double latency_seconds) {
-  gauges(Id::kDevicePluginUp).Add({{"socket", socket}}).Set(up ? 1 : 0);
-  gauges(Id::kDevicePluginLatency).Add({{"socket", socket}}).Set(latency_seconds);
-}
-void Metrics::forget_device_plugin(const std::string& socket) {
-  gauges(Id::kDevicePluginUp).Remove(&gauges(Id::kDevicePluginUp).Add({{"socket", socket}}));
-  gauges(Id::kDevicePluginLatency).Remove(&gauges(Id::kDevicePluginLatency).Add({{"socket", socket}}));
-}
-void Metrics::set_checkpoint_last_write(double unix_seconds) {
-  checkpoint_last_write_seconds_ = unix_seconds;
-  gauge(Id::kCheckpointLastWrite).Set(unix_seconds);
-  update_checkpoint_lag();
-}
-void Metrics::set_newest_container_start(double unix_seconds) {
-  newest_container_start_seconds_ = unix_seconds;
-  gauge(Id::kNewestContainerStart).Set(unix_seconds);
-  update_checkpoint_lag();
-}
-void Metrics::update_checkpoint_lag() {
-  const double lag = newest_container_start_seconds_ - checkpoint_last_write_seconds_;
-  gauge(Id::kCheckpointLag).Set(checkpoint_last_write_seconds_ > 0 && lag > 0 ? lag : 0);
-}
-
-void Metrics::set_probe_loaded(bool loaded) { gauge(Id::kProbeLoaded).Set(loaded ? 1 : 0); }
-void Metrics::set_syscall_hook_attached(bool attached) { gauge(Id::kSyscallHookAttached).Set(attached ? 1 : 0); }
-void Metrics::revocation(const std::string& writer) {
-  auto it = revocation_series_.find(writer);
-  if (it == revocation_series_.end())
-    it = revocation_series_.emplace(writer, &counters(Id::kRevocations).Add({{"writer", writer}})).first;
-  it->second->Increment();
-}
-void Metrics::denied_open(const ContainerLabels& c, const std::string& device, std::uint64_t count) {
-  container_counter(counters(Id::kDeniedOpens), c, "device", device).Increment(static_cast<double>(count));
-}
-void Metrics::event_sent() { counter(Id::kEventsSent).Increment(); }
-
-void Metrics::event_dropped(const std::string& reason) { counters(Id::kEventsDropped).Add({{"reason", reason}}).Increment(); }
-
-void Metrics::set_ring_buffer_drops(std::uint64_t total) {
-  if (total > ring_buffer_drops_seen_) {
-    counter(Id::kRingBufferDrops).Increment(static_cast<double>(total - ring_buffer_drops_seen_));
-    ring_buffer_drops_seen_ = total;
-  }
 }
 
 }  // namespace gdw

@@ -154,4 +154,12 @@ std::string exposure_reason(const ExposedDevice& d) {
   return d.spec ? "spec" : "DeviceAllow";
 }
 
+std::optional<std::vector<WantedDevice>> device_allow_lacks(const Exposure& exposure) {
+  if (!exposure.device_allow_checked) return std::nullopt;
+  std::vector<WantedDevice> lacking;
+  for (const auto& e : exposure.exposed)
+    if (e.device_allow) lacking.push_back(e.device);
+  return lacking;
+}
+
 }  // namespace gdw

@@ -78,6 +78,10 @@ Exposure compute_exposure(const std::vector<WantedDevice>& wanted, const std::ve
                           const ScopeDeviceAllow* device_allow, const Inventory& inventory,
                           const std::string& scope_problem = "");
 
+// The wanted devices the scope's DeviceAllow= lacks (what a daemon-reload would revoke);
+// nullopt when DeviceAllow= was not read (cgroupfs driver, or unreadable unit files).
+std::optional<std::vector<WantedDevice>> device_allow_lacks(const Exposure& exposure);
+
 // "spec", "DeviceAllow" or "spec+DeviceAllow": which re-apply would revoke it.
 std::string exposure_reason(const ExposedDevice& d);
 

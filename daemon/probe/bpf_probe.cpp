@@ -56,6 +56,7 @@ class BpfProbe final : public Probe {
   ~BpfProbe() override {
     ring_buffer__free(ring_);
     bpf_link__destroy(syscall_hook_);
+    bpf_link__destroy(attach_hook_);
     for (bpf_link* link : links_) bpf_link__destroy(link);
     devwatch::destroy(skeleton_);
   }
@@ -63,12 +64,19 @@ class BpfProbe final : public Probe {
   BpfProbe& operator=(const BpfProbe&) = delete;
 
   Status attach_always_on();
+  // The attach hook: its call sites looked up (gdw_lookup_symbols, run once), then
+  // gdw_effective_progs attached. Where that cannot be done, device program loads are
+  // reported instead, and attach_hook_problem() says why.
+  void attach_attach_hook();
+  void set_attach_hook_problem(std::string problem) { attach_hook_problem_ = std::move(problem); }
   Status remember_existing_device_links();
   Status open_ring_buffer();
 
   Status set_syscall_hook(bool attached) override;
   bool syscall_hook_attached() const override { return syscall_hook_ != nullptr; }
   bool rule_writes_need_syscall_hook() const override { return rule_writes_need_hook_; }
+  bool attach_hook() const override { return attach_hook_ != nullptr; }
+  const std::string& attach_hook_problem() const override { return attach_hook_problem_; }
 
   int fd() const override { return ring_buffer__epoll_fd(ring_); }
   Result<int> consume(const std::function<void(const ProbeEvent&)>& handler, int max_records) override;
@@ -76,6 +84,8 @@ class BpfProbe final : public Probe {
   Status unwatch_cgroup(std::uint64_t cgroup_id) override;
   Result<std::uint64_t> other_denied_opens(std::uint64_t cgroup_id) const override;
   Status watch_major(std::uint32_t major) override;
+  Status watch_program_cgroup(std::uint64_t cgroup_id) override;
+  Status unwatch_program_cgroup(std::uint64_t cgroup_id) override;
   Status watch_device_node(const std::string& path, std::uint32_t major, std::uint32_t minor) override;
   ProbeStats stats() const override;
 
@@ -87,6 +97,8 @@ class BpfProbe final : public Probe {
   bool rule_writes_need_hook_;
   std::vector<bpf_link*> links_;
   bpf_link* syscall_hook_ = nullptr;
+  bpf_link* attach_hook_ = nullptr;
+  std::string attach_hook_problem_;
   ring_buffer* ring_ = nullptr;
   // Set only while consume() runs.
   const std::function<void(const ProbeEvent&)>* handler_ = nullptr;
@@ -102,10 +114,16 @@ class BpfProbe final : public Probe {
 // the value: the record is handled, the rest waits.
 constexpr int kBudgetSpent = -EAGAIN;
 
+// The programs attached apart: the syscall hook (on demand) and the attach hook's pair.
+bool attached_apart(const devwatch* skeleton, const bpf_program* program) {
+  return program == skeleton->progs.gdw_sys_exit || program == skeleton->progs.gdw_effective_progs ||
+         program == skeleton->progs.gdw_lookup_symbols;
+}
+
 Status BpfProbe::attach_always_on() {
   bpf_program* program = nullptr;
   bpf_object__for_each_program(program, skeleton_->obj) {
-    if (program == skeleton_->progs.gdw_sys_exit || !bpf_program__autoload(program)) continue;
+    if (attached_apart(skeleton_, program) || !bpf_program__autoload(program)) continue;
     clear_libbpf_log();
     bpf_link* link = bpf_program__attach(program);
     if (!link) {
@@ -116,6 +134,29 @@ Status BpfProbe::attach_always_on() {
     links_.push_back(link);
   }
   return {};
+}
+
+void BpfProbe::attach_attach_hook() {
+  if (!bpf_program__autoload(skeleton_->progs.gdw_effective_progs)) return;  // problem set at load
+  LIBBPF_OPTS(bpf_test_run_opts, run);
+  if (bpf_prog_test_run_opts(bpf_program__fd(skeleton_->progs.gdw_lookup_symbols), &run) != 0) {
+    attach_hook_problem_ = "looking up its call sites: " + errno_text(errno);
+    return;
+  }
+  bool found = false;
+  for (std::uint64_t site : skeleton_->bss->effective_progs_sites) found |= site != 0;
+  if (!found) {
+    attach_hook_problem_ = "none of its call sites (compute_effective_progs, update_effective_progs, "
+                           "bpf_prog_array_alloc) is in the kernel's symbols (kptr_restrict, lockdown?)";
+    return;
+  }
+  clear_libbpf_log();
+  attach_hook_ = bpf_program__attach(skeleton_->progs.gdw_effective_progs);
+  if (!attach_hook_) {
+    attach_hook_problem_ = load_error("attaching it (tp_btf/kmalloc)", -errno).message;
+    return;
+  }
+  skeleton_->data->report_program_loads = false;  // the attaches themselves are reported
 }
 
 Status BpfProbe::set_syscall_hook(bool attached) {
@@ -252,6 +293,22 @@ Status BpfProbe::unwatch_cgroup(std::uint64_t cgroup_id) {
   return Error{"unwatching cgroup " + std::to_string(cgroup_id) + " in the probe: " + errno_text(err)};
 }
 
+Status BpfProbe::watch_program_cgroup(std::uint64_t cgroup_id) {
+  std::uint8_t present = 1;
+  if (bpf_map__update_elem(skeleton_->maps.program_cgroups, &cgroup_id, sizeof(cgroup_id), &present, sizeof(present),
+                           BPF_ANY) == 0)
+    return {};
+  int err = errno;
+  return Error{"watching the device programs of cgroup " + std::to_string(cgroup_id) + " in the probe: " +
+               errno_text(err) + (err == E2BIG ? " (program_cgroups map is full)" : "")};
+}
+
+Status BpfProbe::unwatch_program_cgroup(std::uint64_t cgroup_id) {
+  if (bpf_map__delete_elem(skeleton_->maps.program_cgroups, &cgroup_id, sizeof(cgroup_id), 0) == 0 || errno == ENOENT)
+    return {};
+  return Error{"unwatching the device programs of cgroup " + std::to_string(cgroup_id) + ": " + errno_text(errno)};
+}
+
 Status BpfProbe::watch_major(std::uint32_t major_number) {
   std::uint8_t present = 1;
   if (bpf_map__update_elem(skeleton_->maps.watched_majors, &major_number, sizeof(major_number), &present,
@@ -309,9 +366,25 @@ Result<std::unique_ptr<Probe>> Probe::load(const ProbeOptions& options) {
     skeleton->rodata->rule_writes_at_syscall_exit = true;
     bpf_program__set_autoload(skeleton->progs.gdw_cap_check, false);
   }
+  if (!options.attach_hook) {
+    bpf_program__set_autoload(skeleton->progs.gdw_effective_progs, false);
+    bpf_program__set_autoload(skeleton->progs.gdw_lookup_symbols, false);
+    probe->set_attach_hook_problem("turned off");
+  }
   clear_libbpf_log();
-  if (int err = devwatch::load(skeleton); err != 0) return load_error("loading the BPF probe", err);
+  if (int err = devwatch::load(skeleton); err != 0) {
+    if (!options.attach_hook) return load_error("loading the BPF probe", err);
+    // The attach hook is what a kernel may refuse (bpf_kallsyms_lookup_name needs 5.16 and
+    // CAP_PERFMON): the rest of the probe works without it.
+    Error without = load_error("loading the attach hook", err);
+    ProbeOptions fallback = options;
+    fallback.attach_hook = false;
+    auto retried = load(fallback);
+    if (retried) static_cast<BpfProbe*>(retried->get())->set_attach_hook_problem(without.message);
+    return retried;
+  }
   if (auto attached = probe->attach_always_on(); !attached) return attached.error();
+  probe->attach_attach_hook();
   if (options.syscall_hook) {
     if (auto hooked = probe->set_syscall_hook(true); !hooked) return hooked.error();
   }

@@ -5,8 +5,12 @@
 // looks up a path a process passed to the kernel: tenant input must never block that loop.
 //
 // Two tiers, by what they cost the rest of the node:
-//  - always attached: the capability-check tracepoint (rule writes with writer and rule,
-//    device-program loads) and cgroup mkdir/rmdir. Unrelated syscalls never pass there.
+//  - always attached: the capability-check tracepoint (rule writes with writer and rule),
+//    the attach hook (attaches of device programs to watched cgroups, at the kernel's
+//    allocation of their effective program array: kmalloc, filtered on its call site
+//    first), and cgroup mkdir/rmdir. Unrelated syscalls never pass there, or return at
+//    the first comparison. Where the attach hook cannot be loaded, device program loads are
+//    reported instead (their CAP_BPF check).
 //  - the syscall hook (sys_exit), attached with set_syscall_hook(): denied opens, exact v2
 //    attach/detach/link events, and the results of rule writes. While it is attached
 //    every syscall on the machine takes the kernel's syscall-tracing slow path.
@@ -83,7 +87,9 @@ struct DeniedOpenEvent {
   std::uint64_t ktime_ns = 0;
 };
 
-// bpf(2) on BPF_CGROUP_DEVICE programs (cgroup v2).
+// bpf(2) on BPF_CGROUP_DEVICE programs (cgroup v2): seen by the attach hook while the
+// kernel installs an attach to a watched cgroup (`attaching`: no result yet, and a query
+// made after it sees the attach done or failed), or at syscall exit by the syscall hook.
 struct DeviceProgramEvent {
   enum class Command { kProgAttach, kProgDetach, kLinkCreate, kLinkDetach, kLinkUpdate };
   Command command = Command::kProgAttach;
@@ -93,6 +99,7 @@ struct DeviceProgramEvent {
   std::uint32_t replaced_prog_id = 0;  // BPF_F_REPLACE / LINK_UPDATE old program, 0 if none
   std::uint32_t flags = 0;
   std::int64_t result = 0;
+  bool attaching = false;
   std::uint64_t ktime_ns = 0;
 };
 
@@ -123,6 +130,9 @@ struct ProbeOptions {
   std::uint32_t ignored_writer_tgid = 0;
   // Writes to devices.allow are reported too (the daemon needs only devices.deny's).
   bool report_allow_writes = true;
+  // Report attaches of device programs to watched cgroups as they happen (where the kernel
+  // allows it: attach_hook()); false: device program loads are reported instead.
+  bool attach_hook = true;
 };
 
 class Probe {
@@ -139,6 +149,11 @@ class Probe {
   // True when rule writes are seen only while the syscall hook is attached (the kernel
   // has no cap_capable tracepoint, or options said not to use it).
   virtual bool rule_writes_need_syscall_hook() const = 0;
+  // Whether device program attaches to watched program cgroups are reported as they happen
+  // (the attach hook); else only their loads are, and the attach itself only while the
+  // syscall hook is attached. `attach_hook_problem()` says why not.
+  virtual bool attach_hook() const = 0;
+  virtual const std::string& attach_hook_problem() const = 0;
 
   // An fd that becomes readable when events are waiting (the ring buffers' epoll fd).
   virtual int fd() const = 0;
@@ -160,6 +175,10 @@ class Probe {
   // watched (only while the syscall hook was attached). One map lookup, no events.
   virtual Result<std::uint64_t> other_denied_opens(std::uint64_t cgroup_id) const = 0;
   virtual Status watch_major(std::uint32_t major) = 0;
+  // Cgroups whose device program attaches the attach hook reports (GPU containers, and
+  // crun's sub-cgroups of them). An attach anywhere else is not reported.
+  virtual Status watch_program_cgroup(std::uint64_t cgroup_id) = 0;
+  virtual Status unwatch_program_cgroup(std::uint64_t cgroup_id) = 0;
   // Registers a node path exactly as processes pass it to open() (e.g. "/dev/nvidia0", the
   // same string inside containers) so denied opens of it are attributed in the kernel,
   // also after the opener has exited. The path must be shorter than 256 bytes.

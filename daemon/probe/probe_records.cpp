@@ -94,7 +94,7 @@ Result<ProbeEvent> decode_denied_open(std::string_view record) {
   return ProbeEvent{std::move(event)};
 }
 
-Result<ProbeEvent> decode_device_program(std::string_view record) {
+Result<ProbeEvent> decode_device_program(std::string_view record, bool attaching) {
   auto raw = read_record<gdw_device_program_event>(record, "device program");
   if (!raw) return raw.error();
   DeviceProgramEvent event;
@@ -113,6 +113,7 @@ Result<ProbeEvent> decode_device_program(std::string_view record) {
   event.replaced_prog_id = raw->replaced_prog_id;
   event.flags = raw->flags;
   event.result = raw->result;
+  event.attaching = attaching;
   event.ktime_ns = raw->header.ktime_ns;
   return ProbeEvent{std::move(event)};
 }
@@ -140,7 +141,8 @@ Result<ProbeEvent> decode_probe_record(std::string_view record) {
   switch (header.type) {
     case GDW_EVENT_RULE_WRITE: return decode_rule_write(record);
     case GDW_EVENT_DENIED_OPEN: return decode_denied_open(record);
-    case GDW_EVENT_DEVICE_PROGRAM: return decode_device_program(record);
+    case GDW_EVENT_DEVICE_PROGRAM: return decode_device_program(record, false);
+    case GDW_EVENT_DEVICE_PROGRAM_ATTACHING: return decode_device_program(record, true);
     case GDW_EVENT_CGROUP_MKDIR: return decode_cgroup(record, true);
     case GDW_EVENT_CGROUP_RMDIR: return decode_cgroup(record, false);
     case GDW_EVENT_RULE_WRITE_RESULT: return decode_rule_write_result(record);

@@ -6,11 +6,11 @@
 #include <string>
 
 #include "core/clock.h"
-#include "metrics/metrics.h"
+#include "metrics/daemon_metrics.h"
 #include "watch/event_loop.h"
 
 namespace gdw {
 
-void arm_timer(EventSource& timer, Clock::duration delay, const std::string& name, Metrics& metrics);
+void arm_timer(EventSource& timer, Clock::duration delay, const std::string& name, DaemonMetrics metrics);
 
 }  // namespace gdw

@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "core/revocation.h"
-#include "metrics/metrics.h"
+#include "metrics/probe_metrics.h"
 #include "probe/probe.h"
 #include "service/container_table.h"
 #include "service/writer_executables.h"
@@ -22,7 +22,7 @@ namespace gdw {
 
 class Attribution {
  public:
-  Attribution(ContainerTable& containers, Metrics& metrics) : containers_(containers), metrics_(metrics) {}
+  Attribution(ContainerTable& containers, ProbeMetrics metrics) : containers_(containers), metrics_(metrics) {}
 
   // A deny-rule write: kept on its container when it takes away what a GPU container needs
   // (or, young non-GPU container, kept pending). Returns the GPU container it named, so a
@@ -50,7 +50,7 @@ class Attribution {
   Revocation revocation(const ProcessInfo& who, std::string action, std::uint64_t ktime_ns);
 
   ContainerTable& containers_;
-  Metrics& metrics_;
+  ProbeMetrics metrics_;
   WriterExecutables executables_;  // who wrote: read once per process
   const pid_t own_pid_ = ::getpid();  // our own writes are not revocations
   std::optional<Revocation> program_loader_;

@@ -6,6 +6,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "log/log.h"
+#include "memory/resident_pages.h"
 #include "node/config_file.h"
 #include "service/arm_timer.h"
 #include "watch/loop_slice.h"
@@ -36,7 +37,7 @@ bool reload_metrics_access(Metrics& metrics, const Config& running, const Config
     return true;
   auto access = load_metrics_access(fresh.metrics.web_config);
   if (!access) {
-    metrics.config_reload(false);
+    DaemonMetrics(metrics).config_reload(false);
     log::error("SIGHUP: keeping the running configuration: " + access.error().message);
     return false;
   }
@@ -59,10 +60,21 @@ bool same_node_inputs(const Config& running, const Config& fresh) {
   return f == running;
 }
 
+// The resyncs that compare every bundle's config.json again (BundleIndex::refresh explains
+// why the periodic one need not): what an operator asks for with SIGHUP, what follows lost
+// events, and the first.
+BundleRefreshDepth bundle_refresh_depth(std::string_view reason) {
+  for (std::string_view r : {"startup", "reload", "overflow"})
+    if (r == reason) return BundleRefreshDepth::kEveryStamp;
+  return BundleRefreshDepth::kChangedListings;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
 }  // namespace
 
 Daemon::Daemon(Config config, std::string config_path)
-    : config_(std::move(config)), repair_settings_(RepairSettings::from(config_)), config_path_(std::move(config_path)) {}
+    : config_(std::move(config)), config_path_(std::move(config_path)) {}
 
 Daemon::~Daemon() = default;
 
@@ -94,17 +106,23 @@ void Daemon::apply_loop_slice() {
   }
 }
 
-Status Daemon::start_heartbeat() {
+Status Daemon::start_timers() {
+  auto timer = loop_->add_timer([this] {
+    full_resync("periodic");
+    arm_timer(resync_timer_, config_.daemon.resync_interval, "resync", DaemonMetrics(metrics_));
+  }, "resync", duration_cast<microseconds>(config_.daemon.resync_interval));
+  if (!timer) return timer.error();
+  resync_timer_ = std::move(*timer);
   heartbeat_.set_stale_after(health_stale_after(config_));
   heartbeat_.beat(Clock::now());
   // Top priority: a pending beat runs at the loop's next turn however busy it is; only a
   // loop that does not come back (a call that blocks) goes stale.
-  auto timer = loop_->add_timer([this] {
+  auto beat = loop_->add_timer([this] {
     heartbeat_.beat(Clock::now());
-    arm_timer(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat", metrics_);
+    arm_timer(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat", DaemonMetrics(metrics_));
   }, "heartbeat", duration_cast<microseconds>(heartbeat_.stale_after() / 4), -100);
-  if (!timer) return timer.error();
-  heartbeat_timer_ = std::move(*timer);
+  if (!beat) return beat.error();
+  heartbeat_timer_ = std::move(*beat);
   return {};
 }
 
@@ -112,7 +130,7 @@ Status Daemon::start_signals() {
   for (int sig : {SIGTERM, SIGINT}) {
     auto s = loop_->add_signal(sig, [this, sig] {
       log::info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ", exiting");
-      stop(0);
+      loop_->exit(0);
     }, "signal");
     if (!s) return s.error();
     signal_sources_.push_back(std::move(*s));
@@ -128,105 +146,61 @@ Status Daemon::start_signals() {
   return {};
 }
 
-Status Daemon::start_timers() {
-  auto timer = loop_->add_timer([this] {
-    full_resync("periodic");
-    arm_timer(resync_timer_, config_.daemon.resync_interval, "resync", metrics_);
-  }, "resync", duration_cast<microseconds>(config_.daemon.resync_interval));
-  if (!timer) return timer.error();
-  resync_timer_ = std::move(*timer);
-
-  // Device programs: a link released by its holder's exit makes no bpf() call the probe
-  // could see.
-  auto query = loop_->add_timer([this] {
-    if (access_ && access_->policy_in_programs()) {
-      check_gpu_containers();
-      update_gauges();
-    }
-    arm_timer(program_query_timer_, config_.daemon.program_query_interval, "program-query", metrics_);
-  }, "program-query", duration_cast<microseconds>(config_.daemon.program_query_interval));
-  if (!query) return query.error();
-  program_query_timer_ = std::move(*query);
-
-  auto gauges = loop_->add_timer([this] { update_gauges(); }, "gauges");
-  if (!gauges) return gauges.error();
-  gauge_timer_ = std::move(*gauges);
-  return {};
-}
-
 Status Daemon::start() {
   auto loop = EventLoop::create();
   if (!loop) return loop.error();
   loop_ = std::move(*loop);
   loop_->on_callback_error([this](const std::string& source, const std::string& what) {
-    metrics_.event_loop_error(source);
+    DaemonMetrics(metrics_).event_loop_error(source);
     log::error("event handler " + source + " failed: " + what);
   });
   if (auto s = start_signals(); !s) return s;
-  auto in = Inotify::create();
-  if (!in) return in.error();
-  inotify_.emplace(std::move(*in));
-  watches_.emplace(*inotify_, metrics_);
-  // Highest priority: repairs are what the daemon is for.
-  auto src = loop_->add_io(inotify_->fd(), EPOLLIN, [this](std::uint32_t) { on_inotify(); }, "inotify", -10);
-  if (!src) return src.error();
-  inotify_source_ = std::move(*src);
-  persistence_.emplace(config_, loop_->native(), [this] {
-    // A reload re-applied every scope's device policy (v1: deny `a` and its list; v2: a
-    // new ANDed program): look at every GPU container once it has finished.
-    check_gpu_containers();
-    update_gauges();
+  nvml_ = std::make_unique<NvmlRunner>(*loop_, [this](std::optional<NvmlAnswer> answer, Clock::time_point started) {
+    on_nvml_answer(std::move(answer), started);
   });
-  repair_.emplace(config_, repair_settings_, *loop_, containers_, metrics_, attribution_, repair_hooks());
-  repair_->set_persistence(&*persistence_);
-  probe_.emplace(config_, *loop_, containers_, metrics_, attribution_, probe_hooks());  // loaded below
+  if (auto s = start_node(); !s) return s;
   if (auto s = start_timers(); !s) return s;
   if (auto s = loop_->enable_watchdog(); !s) log::warn(s.error().message);
-  if (auto s = start_heartbeat(); !s) return s.error();
-
+  start_events();
+  log::info("starting: mode " + to_string(config_.mode) + ", metrics on " +
+            (config_.metrics.listen.empty() ? std::string("(off)") : config_.metrics.listen));
+  full_resync("startup");
+  // /metrics answers only now: the probe is loaded and every container known, so a
+  // revocation made from its first answer on is attributed and counted.
   if (!config_.metrics.listen.empty()) {
     auto healthz = [this] { return heartbeat_.answer(Clock::now()); };
     auto access = load_metrics_access(config_.metrics.web_config);
     if (!access) return access.error();
     if (auto s = metrics_.serve(config_.metrics.listen, healthz, std::move(*access)); !s) return s.error();
   }
-  nvml_ = std::make_unique<NvmlRunner>(*loop_, [this](std::optional<NvmlAnswer> answer, Clock::time_point started) {
-    const bool answered = answer.has_value();
-    if (answer) node_->set_nvml_answer(std::move(*answer));
-    health_->inventory_refreshed(answered, started);
-    reresolve_all();  // the answer, or the health check's own re-read, may change targets
-  });
-  probe_->apply_config();
-  start_events();
-  start_node(config_);
-  log::info("starting: mode " + to_string(config_.mode) + ", metrics on " +
-            (config_.metrics.listen.empty() ? std::string("(off)") : config_.metrics.listen));
-  full_resync("startup");
-  ready_ = true;
   notify_ready_when_settled();  // now, or at PodResources' first outcome
   return {};
 }
 
-void Daemon::stop(int code) { loop_->exit(code); }
-
-void Daemon::start_node(const Config& config) {
+Status Daemon::start_node() {
   health_.reset();
-  node_ = std::make_unique<NodeModel>(config);
-  access_.reset();  // chosen once the node's cgroup version is located
-  NodeHealthHooks hooks;
-  hooks.on_allocations_changed = [this] { reresolve_all(); };
-  hooks.requery_nvml = [this] { return maybe_query_nvml(/*force=*/true); };
-  hooks.running_containers = [this] { return running_containers(); };
-  hooks.on_first_answers = [this] { notify_ready_when_settled(); };
-  health_ = std::make_unique<NodeHealthMonitor>(config_, *loop_, metrics_, *node_, std::move(hooks));
+  fleet_.reset();
+  inputs_source_ = EventSource();
+  inputs_ = std::make_unique<NodeInputs>(config_, metrics_);
+  if (auto s = inputs_->start(); !s) return s;
+  auto src = loop_->add_io(inputs_->fd(), EPOLLIN, [this](std::uint32_t) { on_input_changes(inputs_->read()); },
+                           "inotify-inputs");
+  if (!src) return src.error();
+  inputs_source_ = std::move(*src);
+  fleet_ = std::make_unique<ContainerFleet>(config_, RepairSettings::from(config_), *loop_, metrics_, inputs_->model());
+  if (auto s = fleet_->start(); !s) return s;
+  if (events_) fleet_->set_reporting(events_.get());
+  health_ = std::make_unique<NodeHealthMonitor>(config_, *loop_, metrics_, inputs_->model(), *fleet_, *nvml_,
+                                                [this](HealthChange change) { on_health_change(change); });
   // Without these the daemon still repairs from the checkpoint: not fatal.
   if (auto s = health_->start(); !s) log::error("node health checks (PodResources, device plugins) off: " + s.error().message);
+  return {};
 }
 
 void Daemon::reload_config() {
   auto fresh = load_config_file(config_path_);
   if (!fresh) {
-    metrics_.config_reload(false);
+    DaemonMetrics(metrics_).config_reload(false);
     log::error("SIGHUP: keeping the running configuration: " + fresh.error().message);
     return;
   }
@@ -237,29 +211,17 @@ void Daemon::reload_config() {
   log::set_level(fresh->log.level);
   heartbeat_.set_stale_after(health_stale_after(*fresh));
   heartbeat_.beat(Clock::now());
-  arm_timer(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat", metrics_);  // at the new pace now
+  arm_timer(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat", DaemonMetrics(metrics_));  // the new pace
   const bool same_node = same_node_inputs(config_, *fresh);
-  if (!same_node) {
-    // Start over from the new configuration: paths may have changed.
-    for (auto& [dir, w] : containers_) {
-      metrics_.forget(w.labels);
-      probe_->unwatch(w);
-    }
-    containers_.clear();
-    watches_->clear();
-  }
   const bool slice_changed = fresh->daemon.event_loop_slice_us != config_.daemon.event_loop_slice_us;
   config_ = *fresh;
-  repair_settings_ = RepairSettings::from(config_);
   if (slice_changed) apply_loop_slice();
+  // Start over from the new configuration: paths may have changed.
   if (!same_node) {
-    persistence_->reset();  // systemd.bus_address may have changed
-    probe_->apply_config();
-    start_node(config_);
-    located_ = false;
+    if (auto s = start_node(); !s) log::error("SIGHUP: " + s.error().message);
   }
   start_events();  // the service account token may have been rotated
-  metrics_.config_reload(true);
+  DaemonMetrics(metrics_).config_reload(true);
   log::info("SIGHUP: configuration reloaded, mode " + to_string(config_.mode) +
             (same_node ? " (node inputs unchanged: containers, watches and probe kept)" : ""));
   // Kept or not, every input is looked at again (files by their stamps, every container's
@@ -267,43 +229,70 @@ void Daemon::reload_config() {
   full_resync("reload");
 }
 
-RepairLoop::Hooks Daemon::repair_hooks() {
-  RepairLoop::Hooks hooks;
-  hooks.gone = [this](const std::string& dir) { remove_container(dir); };
-  hooks.retry = [this](Watched& w, Clock::duration delay, Clock::time_point trigger) {
-    schedule_retry(w, delay, trigger);
-  };
-  hooks.checked = [this](Watched& w) { watch_restoring_writes(w); };
-  hooks.persisted = [this](Watched& w) {
-    resolve(w, /*force=*/true);  // its DeviceAllow= changed: exposure (node/exposure.h)
-    check_and_repair(w, Clock::now());
-    gauges_changed();
-  };
-  return hooks;
+void Daemon::full_resync(const std::string& reason) {
+  const auto start = Clock::now();
+  if (!fleet_) return;  // a reload could not start the node over: the next one may
+  if (!inputs_->locate()) {
+    DaemonMetrics(metrics_).resync(reason, seconds_since(start));
+    fleet_->update_gauges();
+    return;
+  }
+  if (!fleet_->has_access()) fleet_->set_access(make_device_access(inputs_->model().version()));
+  inputs_->load(bundle_refresh_depth(reason));
+  health_->checkpoint_or_inventory_changed();
+  if (!nvml_->running() && inputs_->model().needs_nvml()) nvml_->start(config_);
+  fleet_->sync(inputs_->model().scan());
+  DaemonMetrics(metrics_).resync(reason, seconds_since(start));
+  log::debug("resync (" + reason + ") took " + std::to_string(seconds_since(start) * 1000) + " ms");
 }
 
-ProbeLink::Hooks Daemon::probe_hooks() {
-  ProbeLink::Hooks hooks;
-  hooks.check = [this](Watched& w, const Revocation* cause) { check_and_repair(w, Clock::now(), cause); };
-  hooks.update_gauges = [this] { update_gauges(); };
-  hooks.gauges_changed = [this] { gauges_changed(); };
-  hooks.policy_in_programs = [this] { return access_ && access_->policy_in_programs(); };
-  hooks.cgroup_created = [this](std::uint32_t hierarchy_id, const std::string& path) {
-    on_cgroup_created(hierarchy_id, path);
-  };
-  hooks.revocation_named = [this](Watched& w) { repair_->revocation_named(w); };
-  return hooks;
+void Daemon::on_input_changes(const InputChanges& changes) {
+  if (changes.overflow) {
+    log::warn("inotify queue overflowed; resyncing everything");
+    full_resync("overflow");
+    return;
+  }
+  if (changes.checkpoint) inputs_->reload_checkpoint();
+  if (changes.inventory) inputs_->reload_inventory();
+  if (changes.checkpoint || changes.inventory) {
+    health_->checkpoint_or_inventory_changed();
+    // A MIG device the checkpoint names may be new (a geometry change).
+    if (!nvml_->running() && inputs_->model().needs_nvml()) nvml_->start(config_);
+    fleet_->reresolve_all();
+  }
+  for (const auto& id : changes.bundles) fleet_->bundle_appeared(id);
 }
 
-void Daemon::on_cgroup_created(std::uint32_t hierarchy_id, const std::string& path) {
-  if (!located_ || tree_hierarchy_id_ != hierarchy_id) return;
-  dir_created(node_->kubepods().hierarchy_root + path);
+void Daemon::on_nvml_answer(std::optional<NvmlAnswer> answer, Clock::time_point started) {
+  const bool answered = answer.has_value();
+  if (answer) inputs_->model().set_nvml_answer(std::move(*answer));
+  health_->inventory_refreshed(answered, started);
+  fleet_->reresolve_all();  // the answer, or the health check's own re-read, may change targets
+}
+
+void Daemon::on_health_change(HealthChange change) {
+  if (change == HealthChange::kAllocations) fleet_->reresolve_all();
+  if (change == HealthChange::kFirstAnswers) notify_ready_when_settled();
+}
+
+void Daemon::notify_ready_when_settled() {
+  if (ready_notified_ || !health_ || !health_->first_answers_in()) return;
+  ready_notified_ = true;
+  sd_notifyf(0, "READY=1\nSTATUS=watching %zu GPU container(s); eBPF probe %s", fleet_->gpu_containers(),
+             fleet_->probe_status().c_str());
+  log::info("ready");
+  // Startup (linking ~100 libraries, the first resync, the first PodResources answer) is
+  // done: what only it touched need not stay resident (memory/resident_pages.h).
+  if (auto released = release_startup_memory(); !released)
+    log::warn("keeping startup memory resident: " + released.error().message);
+  else
+    log::debug("released " + std::to_string(released->file_kib) + " KiB of startup-only file pages");
 }
 
 void Daemon::start_events() {
   events_.reset();  // joins the old worker; its in-flight request is aborted
   events_ = kube::EventReporter::create(config_, *loop_, metrics_);
-  repair_->set_reporting(events_.get(), probe_->loaded());
+  fleet_->set_reporting(events_.get());
 }
 
 int run_daemon(const std::string& config_path) {

@@ -1,11 +1,13 @@
 #include "service/probe_link.h"
 
 #include <sys/epoll.h>
+#include <sys/stat.h>
 
 #include <type_traits>
 #include <variant>
 
 #include "log/log.h"
+#include "runtime/cgroup_names.h"
 #include "service/arm_timer.h"
 
 namespace gdw {
@@ -18,29 +20,18 @@ constexpr Clock::duration kDeniedOpenLogInterval = std::chrono::minutes(1);
 // that becomes due while records keep coming waits for at most this many records, however
 // fast a tenant makes them (each is decode + O(1) bookkeeping, about a microsecond).
 constexpr int kProbeRecordsPerTurn = 64;
-// Lowest of the loop's sources (inotify is -10, timers 0): see kProbeRecordsPerTurn. So
-// that a repair still names its writer, on_inotify reads one budget of waiting records
-// before it repairs (the revoking write's record precedes its inotify event).
-constexpr int kProbePriority = 10;
 // How often the kernel's counts of denied non-GPU opens are added to the metric.
 constexpr Clock::duration kOtherDeniedOpensInterval = std::chrono::seconds(1);
-// cgroup v2 without the syscall hook: after a device program load (its attach follows
-// from the same process, normally within microseconds), the GPU containers' programs are
-// re-read at these delays after the latest load; program_query_interval stays the
-// fallback for an attach later than the last one.
-constexpr Clock::duration kProgramSweep[] = {std::chrono::milliseconds(1), std::chrono::milliseconds(10),
-                                             std::chrono::milliseconds(100), std::chrono::seconds(1)};
-
 }  // namespace
 
 ProbeLink::ProbeLink(const Config& config, EventLoop& loop, ContainerTable& containers, Metrics& metrics,
-                     Attribution& attribution, Hooks hooks)
+                     Attribution& attribution)
     : config_(config),
       loop_(loop),
       containers_(containers),
       metrics_(metrics),
-      attribution_(attribution),
-      hooks_(std::move(hooks)) {}
+      daemon_metrics_(metrics),
+      attribution_(attribution) {}
 
 void ProbeLink::apply_config() {
   if (!config_.probe.enabled && probe_) {
@@ -55,7 +46,6 @@ void ProbeLink::apply_config() {
 }
 
 void ProbeLink::unload() {
-  source_ = EventSource();
   counters_timer_ = EventSource();
   probe_.reset();
   hook_schedule_.reset();
@@ -73,16 +63,10 @@ void ProbeLink::load() {
     log::warn("eBPF probe not loaded, continuing on inotify alone: " + probe.error().message);
     return;
   }
-  auto src = loop_.add_io((*probe)->fd(), EPOLLIN, [this](std::uint32_t) { drain(); }, "probe", kProbePriority);
-  if (!src) {
-    status_ = "off: " + src.error().message;
-    log::warn("eBPF probe not loaded: " + src.error().message);
-    return;
-  }
   probe_ = std::move(*probe);
-  source_ = std::move(*src);
   majors_.clear();
   paths_.clear();
+  subgroup_owner_.clear();
   // The kernel-side counters (a map lookup per CPU each): read now and then, not per record.
   if (auto counts = start_counters_timer())
     counters_timer_ = std::move(*counts);
@@ -98,12 +82,18 @@ void ProbeLink::load() {
     log::info("eBPF probe loaded: naming rule writers at the kernel's permission check; syscall hook (denied "
               "opens) " + to_string(config_.probe.syscall_hook));
   }
+  if (probe_->attach_hook()) {
+    log::info("eBPF probe: device program attaches to GPU containers are seen as the kernel installs them");
+  } else {
+    log::warn("eBPF probe: no attach hook (" + probe_->attach_hook_problem() +
+              "); on cgroup v2 a device program load makes every GPU container's programs be read again");
+  }
   maintain_syscall_hook(false);
 }
 
 void ProbeLink::take_hook_settings() {
   hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
-                         probe_->rule_writes_need_syscall_hook());
+                         probe_->rule_writes_need_syscall_hook(), config_.mode == Mode::kObserve);
   status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
 }
 
@@ -111,12 +101,13 @@ Result<EventSource> ProbeLink::start_counters_timer() {
   return loop_.add_timer([this] {
     collect_other_denied_opens();
     if (probe_) metrics_.set_ring_buffer_drops(probe_->stats().ring_buffer_drops);
-    arm_timer(counters_timer_, kOtherDeniedOpensInterval, "other-denied-opens", metrics_);
+    arm_timer(counters_timer_, kOtherDeniedOpensInterval, "other-denied-opens", daemon_metrics_);
   }, "other-denied-opens", std::chrono::duration_cast<std::chrono::microseconds>(kOtherDeniedOpensInterval),
-                         kProbePriority);
+                         kReadPriority);
 }
 
 void ProbeLink::maintain_syscall_hook(bool drift) {
+  last_drift_ = drift;
   if (!probe_ || !hook_schedule_) return;
   const auto now = Clock::now();
   const auto decision = hook_schedule_->update(drift, now);
@@ -138,7 +129,7 @@ void ProbeLink::maintain_syscall_hook(bool drift) {
     return;
   }
   if (!hook_timer_) {
-    auto t = loop_.add_timer([this] { hooks_.update_gauges(); }, "syscall-hook");
+    auto t = loop_.add_timer([this] { maintain_syscall_hook(last_drift_); }, "syscall-hook");
     if (!t) {
       log::error("cannot create the syscall-hook timer: " + t.error().message);
       return;
@@ -146,13 +137,20 @@ void ProbeLink::maintain_syscall_hook(bool drift) {
     hook_timer_ = std::move(*t);
   }
   const auto delay = *decision.recheck_at > now ? *decision.recheck_at - now : Clock::duration::zero();
-  arm_timer(hook_timer_, delay + std::chrono::microseconds(1), "syscall-hook", metrics_);
+  arm_timer(hook_timer_, delay + std::chrono::microseconds(1), "syscall-hook", daemon_metrics_);
 }
 
 void ProbeLink::watch(const WatchedContainer& w) {
   if (!probe_) return;
   if (w.cgroup_id) {
     if (auto s = probe_->watch_cgroup(w.cgroup_id); !s) log::warn("probe: " + s.error().message);
+    if (auto s = probe_->watch_program_cgroup(w.cgroup_id); !s) log::warn("probe: " + s.error().message);
+    // crun (systemd driver, v2) puts the processes and its program in a sub-cgroup.
+    struct stat st{};
+    const std::string sub = w.cgroup.cgroup_dir + "/" + kCrunSubgroup;
+    if (::stat(sub.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && subgroup_owner_.emplace(st.st_ino, w.cgroup_id).second) {
+      if (auto s = probe_->watch_program_cgroup(st.st_ino); !s) log::warn("probe: " + s.error().message);
+    }
   }
   for (const auto& d : w.target.desired.wanted) {
     if (majors_.insert(d.dev.major).second) (void)probe_->watch_major(d.dev.major);
@@ -164,73 +162,61 @@ void ProbeLink::watch(const WatchedContainer& w) {
 }
 
 void ProbeLink::unwatch(const WatchedContainer& w) {
-  if (probe_ && w.cgroup_id) (void)probe_->unwatch_cgroup(w.cgroup_id);
+  if (!probe_ || !w.cgroup_id) return;
+  (void)probe_->unwatch_cgroup(w.cgroup_id);
+  (void)probe_->unwatch_program_cgroup(w.cgroup_id);
+  std::erase_if(subgroup_owner_, [&](const auto& kv) {
+    if (kv.second != w.cgroup_id) return false;
+    (void)probe_->unwatch_program_cgroup(kv.first);
+    return true;
+  });
 }
 
-void ProbeLink::drain() {
-  if (!probe_) return;
+ProbeBatch ProbeLink::drain(bool policy_in_programs) {
+  ProbeBatch batch;
+  if (!probe_) return batch;
   // At most kProbeRecordsPerTurn: the rest keeps the fd readable for a later turn.
-  auto n = probe_->consume([this](const ProbeEvent& ev) {
-    std::visit(
-        [this](const auto& e) {
-          using T = std::decay_t<decltype(e)>;
-          if constexpr (std::is_same_v<T, RuleWriteEvent>) {
-            if (WatchedContainer* w = attribution_.rule_write(e)) hooks_.revocation_named(*w);
-          } else if constexpr (std::is_same_v<T, RuleWriteResultEvent>) {
-            attribution_.rule_write_result(e);
-          } else if constexpr (std::is_same_v<T, DeviceProgramLoadEvent>) {
-            on_device_program_load(e);
-          } else if constexpr (std::is_same_v<T, DeniedOpenEvent>) {
-            on_denied_open(e);
-          } else if constexpr (std::is_same_v<T, CgroupLifecycleEvent>) {
-            // A faster trigger than inotify for new containers (which stays the fallback).
-            if (e.created) hooks_.cgroup_created(e.hierarchy_id, e.path);
-          } else if constexpr (std::is_same_v<T, DeviceProgramEvent>) {
-            on_device_program(e);
-          }
-        },
-        ev);
-  }, kProbeRecordsPerTurn);
+  auto n = probe_->consume([&](const ProbeEvent& ev) { on_record(ev, policy_in_programs, batch); },
+                           kProbeRecordsPerTurn);
   if (!n) {
-    metrics_.event_loop_error("probe");
+    daemon_metrics_.event_loop_error("probe");
     log::error("reading probe events: " + n.error().message);
   }
+  return batch;
 }
 
-void ProbeLink::on_device_program_load(const DeviceProgramLoadEvent& ev) {
-  // With the syscall hook attached the attach itself is reported (on_device_program).
-  if (!hooks_.policy_in_programs() || probe_->syscall_hook_attached()) return;
-  if (!attribution_.program_load(ev)) return;
-  if (!program_sweep_timer_) {
-    auto t = loop_.add_timer([this] { sweep_device_programs(); }, "program-sweep");
-    if (!t) {
-      log::error("cannot create the program-sweep timer: " + t.error().message);
-      return;
-    }
-    program_sweep_timer_ = std::move(*t);
-  }
-  program_sweep_step_ = 0;
-  arm_timer(program_sweep_timer_, kProgramSweep[0], "program-sweep", metrics_);
-}
-
-void ProbeLink::sweep_device_programs() {
-  if (!hooks_.policy_in_programs()) return;
-  const Revocation* cause = attribution_.program_loader(Clock::now());
-  for (const auto& dir : containers_.dirs([](const WatchedContainer& w) { return w.is_gpu(); }))
-    if (WatchedContainer* w = containers_.find(dir)) hooks_.check(*w, cause);
-  hooks_.update_gauges();
-  if (++program_sweep_step_ < std::size(kProgramSweep))
-    arm_timer(program_sweep_timer_, kProgramSweep[program_sweep_step_] - kProgramSweep[program_sweep_step_ - 1],
-              "program-sweep", metrics_);
-}
-
-void ProbeLink::on_device_program(const DeviceProgramEvent& ev) {
-  if (!hooks_.policy_in_programs()) return;
-  auto change = attribution_.program_change(ev);
-  if (!change) return;
-  // Named only if the change leaves wanted devices denied.
-  hooks_.check(*change->first, &change->second);
-  hooks_.gauges_changed();
+void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBatch& batch) {
+  std::visit(
+      [&](const auto& e) {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, RuleWriteEvent>) {
+          if (WatchedContainer* w = attribution_.rule_write(e)) batch.named.push_back(w->cgroup_id);
+        } else if constexpr (std::is_same_v<T, RuleWriteResultEvent>) {
+          attribution_.rule_write_result(e);
+        } else if constexpr (std::is_same_v<T, DeviceProgramLoadEvent>) {
+          // With the syscall hook attached the attach itself is reported (below).
+          if (policy_in_programs && !probe_->syscall_hook_attached() && attribution_.program_load(e))
+            batch.program_loaded = true;
+        } else if constexpr (std::is_same_v<T, DeniedOpenEvent>) {
+          on_denied_open(e);
+        } else if constexpr (std::is_same_v<T, CgroupLifecycleEvent>) {
+          if (e.created) batch.created.push_back({e.hierarchy_id, e.path});
+        } else if constexpr (std::is_same_v<T, DeviceProgramEvent>) {
+          if (!policy_in_programs) return;
+          // A change on crun's sub-cgroup is a change of its container.
+          auto owner = subgroup_owner_.find(e.target_cgroup_id);
+          if (owner == subgroup_owner_.end()) {
+            if (auto change = attribution_.program_change(e))
+              batch.program_changes.push_back({change->first->cgroup_id, std::move(change->second)});
+            return;
+          }
+          DeviceProgramEvent on_container = e;
+          on_container.target_cgroup_id = owner->second;
+          if (auto change = attribution_.program_change(on_container))
+            batch.program_changes.push_back({change->first->cgroup_id, std::move(change->second)});
+        }
+      },
+      ev);
 }
 
 void ProbeLink::on_denied_open(const DeniedOpenEvent& ev) {

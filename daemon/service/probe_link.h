@@ -1,24 +1,26 @@
 // The daemon's link to the eBPF probe (probe/probe.h): loading it, and on SIGHUP unloading
 // it or taking its new settings; telling it which cgroups and device nodes to watch;
-// attaching its syscall hook while wanted (core/syscall_hook_schedule.h); and handing its
-// records on: rule writes and device program changes to attribution (who revoked), denied
-// opens to metrics and the log, cgroup_mkdir to the owner as a fast trigger.
-//
-// What needs the rest of the daemon (checking a container, the gauges, the node's device
-// policy kind, the kubepods tree) goes through Hooks.
+// attaching its syscall hook while wanted (core/syscall_hook_schedule.h); and reading its
+// records. Rule writes and device program changes go to attribution (who revoked), denied
+// opens to metrics and the log; what the container fleet must act on comes back from
+// drain() as a ProbeBatch. The probe calls nobody: its owner (service/container_fleet.h)
+// reads it when its descriptor is readable and acts on the batch.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "core/config.h"
 #include "core/log_once.h"
+#include "core/revocation.h"
 #include "core/syscall_hook_schedule.h"
-#include "metrics/metrics.h"
+#include "metrics/daemon_metrics.h"
+#include "metrics/probe_metrics.h"
 #include "probe/probe.h"
 #include "service/attribution.h"
 #include "service/container_table.h"
@@ -26,37 +28,60 @@
 
 namespace gdw {
 
+// What one read of the probe asks of the container fleet. Containers are named by cgroup
+// id: acting on one entry may remove a container another entry names.
+struct ProbeBatch {
+  // The probe named who revoked these containers' devices: a repair log line waiting for
+  // it can go out.
+  std::vector<std::uint64_t> named;
+  // A device program attach/detach by someone else on a GPU container (cgroup v2): check
+  // it now, naming `cause` if devices are found newly missing.
+  struct ProgramChange {
+    std::uint64_t cgroup_id;
+    Revocation cause;
+  };
+  std::vector<ProgramChange> program_changes;
+  // A device program was loaded by someone else (cgroup v2, without the syscall hook):
+  // an attach is likely to follow.
+  bool program_loaded = false;
+  // cgroup_mkdir: a faster trigger than inotify for new containers.
+  struct CreatedCgroup {
+    std::uint32_t hierarchy_id;
+    std::string path;  // relative to that hierarchy's root
+  };
+  std::vector<CreatedCgroup> created;
+  bool empty() const { return named.empty() && program_changes.empty() && !program_loaded && created.empty(); }
+};
+
 class ProbeLink {
  public:
-  struct Hooks {
-    // Check `w` now; `cause` is named if the check finds devices newly missing.
-    std::function<void(WatchedContainer& w, const Revocation* cause)> check;
-    std::function<void()> update_gauges;   // now
-    std::function<void()> gauges_changed;  // soon, once for a burst
-    // The node's device policy is in device programs (cgroup v2), where program loads
-    // and attaches can revoke.
-    std::function<bool()> policy_in_programs;
-    // A cgroup was made: `path` relative to the root of hierarchy `hierarchy_id`.
-    std::function<void(std::uint32_t hierarchy_id, const std::string& path)> cgroup_created;
-    // The probe named who revoked `w`'s devices (a repair log line may wait for it).
-    std::function<void(WatchedContainer& w)> revocation_named;
-  };
+  // The priority its reader has on the loop: the lowest (inotify is -10, timers 0). sd-event
+  // dispatches one source per turn and a read takes at most one budget of records, so a
+  // repair that becomes due while records keep coming waits for at most that many, however
+  // fast a tenant makes them. So that a repair still names its writer, an inotify event's
+  // handler drains one budget first (the revoking write's record precedes its event).
+  static constexpr int kReadPriority = 10;
 
   ProbeLink(const Config& config, EventLoop& loop, ContainerTable& containers, Metrics& metrics,
-            Attribution& attribution, Hooks hooks);
+            Attribution& attribution);
 
   // Loads, unloads or re-reads the settings per config.probe (at start and on SIGHUP).
+  // The probe's descriptor (fd()) may change: its reader is set up again by the caller.
   void apply_config();
   bool loaded() const { return probe_ != nullptr; }
+  // The ring buffer's descriptor, readable while records wait; -1 when not loaded.
+  int fd() const { return probe_ ? probe_->fd() : -1; }
   const std::string& status() const { return status_; }
 
-  // Handles the records waiting (at most one budget: the rest in a later turn).
-  void drain();
+  // Reads the records waiting (at most one budget: the rest in a later turn).
+  // `policy_in_programs`: the node's device policy is in device programs (cgroup v2), where
+  // program loads and attaches can revoke.
+  ProbeBatch drain(bool policy_in_programs);
   // A GPU container: its cgroup and its devices' nodes are watched from now on.
   void watch(const WatchedContainer& w);
   void unwatch(const WatchedContainer& w);
   // Attaches or detaches the syscall hook per probe.syscall_hook; `drift`: some GPU
-  // container is missing devices now.
+  // container is missing devices now. A linger is looked at again by the link itself.
   void maintain_syscall_hook(bool drift);
 
  private:
@@ -65,9 +90,7 @@ class ProbeLink {
   // probe.syscall_hook and its linger, as configured now, for the hook's schedule.
   void take_hook_settings();
   Result<EventSource> start_counters_timer();
-  void on_device_program_load(const DeviceProgramLoadEvent& ev);
-  void sweep_device_programs();
-  void on_device_program(const DeviceProgramEvent& ev);
+  void on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBatch& batch);
   void on_denied_open(const DeniedOpenEvent& ev);
   // Adds what the probe counted in the kernel (denied opens of non-GPU paths) to metrics.
   void collect_other_denied_opens();
@@ -75,20 +98,17 @@ class ProbeLink {
   const Config& config_;
   EventLoop& loop_;
   ContainerTable& containers_;
-  Metrics& metrics_;
+  ProbeMetrics metrics_;
+  DaemonMetrics daemon_metrics_;
   Attribution& attribution_;
-  Hooks hooks_;
 
   std::unique_ptr<Probe> probe_;
   std::string status_ = "off (probe.enabled: false)";
-  EventSource source_;
   std::optional<SyscallHookSchedule> hook_schedule_;
   EventSource hook_timer_;
+  bool last_drift_ = false;  // as last reported: the linger's timer decides again with it
   LogOnce hook_error_;
-  // Device programs without the syscall hook: a device program load announces an attach;
-  // the GPU containers' programs are re-read a few times after it (kProgramSweep).
-  EventSource program_sweep_timer_;
-  std::size_t program_sweep_step_ = 0;
+  std::unordered_map<std::uint64_t, std::uint64_t> subgroup_owner_;  // crun sub-cgroup id → container's
   std::set<std::uint32_t> majors_;
   std::set<std::string> paths_;
   EventSource counters_timer_;

@@ -1,14 +1,9 @@
 // The repair loop for one container: observe → plan → apply (repair_step.h, the same code
-// `check --repair` runs) → report: metrics, log lines (which wait briefly for the probe to
-// say who revoked, and are rate-limited apart from the repairs themselves), Kubernetes
-// Events, and under the systemd driver the grant persisted in the scope.
-//
-// What the loop cannot do itself goes through Hooks to its owner (the daemon): dropping a
-// vanished container, arming its retry timer, watching its restoring writes, and looking
-// again after systemd answered.
+// `check --repair` runs) → report (repair_report.h). It returns what its owner (the
+// container fleet) must do next: drop a vanished container, look again later, persist
+// what it granted in the systemd scope. It calls nobody back.
 #pragma once
 
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,70 +12,50 @@
 #include "core/config.h"
 #include "core/repair_plan.h"
 #include "kube/event_reporter.h"
-#include "metrics/metrics.h"
 #include "service/attribution.h"
 #include "service/container_table.h"
+#include "service/repair_report.h"
 #include "service/repair_step.h"
-#include "service/systemd_persistence.h"
 #include "watch/event_loop.h"
 
 namespace gdw {
 
+// What one check asks of its owner.
+struct CheckOutcome {
+  bool gone = false;  // the cgroup vanished: drop the container (nothing was counted)
+  // Look at the container again then (a back-off, the guard, a refused grant).
+  std::optional<Clock::time_point> retry_at;
+  // systemd driver (a scope that restricts devices): what this check granted, for the
+  // scope's DeviceAllow= (core/repair_plan.h: plan_persistence).
+  std::vector<WantedDevice> granted;
+};
+
 class RepairLoop {
  public:
-  struct Hooks {
-    std::function<void(const std::string& cgroup_dir)> gone;  // the cgroup vanished mid-repair
-    // Look at `w` again after `delay`; `trigger`: the oldest change that look still answers.
-    std::function<void(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger)> retry;
-    std::function<void(WatchedContainer& w)> checked;  // after every completed check
-    std::function<void(WatchedContainer& w)> persisted;  // systemd changed the scope's DeviceAllow=
-  };
-
   RepairLoop(const Config& config, const RepairSettings& settings, EventLoop& loop, ContainerTable& containers,
-             Metrics& metrics, Attribution& attribution, Hooks hooks);
+             Metrics& metrics, Attribution& attribution)
+      : settings_(settings), metrics_(metrics), daemon_metrics_(metrics), attribution_(attribution),
+        report_(config, loop, containers, metrics) {}
 
-  // Events go out through `events` (null: off); `probe_loaded`: a repair's log line may
-  // wait for the probe's record of who revoked.
-  void set_reporting(kube::EventReporter* events, bool probe_loaded) {
-    events_ = events;
-    probe_loaded_ = probe_loaded;
-  }
-  // systemd cgroup driver: where grants are persisted (null: nowhere).
-  void set_persistence(SystemdPersistence* persistence) { persistence_ = persistence; }
+  void set_reporting(kube::EventReporter* events, bool probe_loaded) { report_.set_reporting(events, probe_loaded); }
 
   // One check of `w`. `cause`: who changed its device access, when the caller knows;
-  // named for devices this check finds newly missing. false: the cgroup vanished and `w`
-  // was handed to Hooks::gone (it may no longer exist).
-  bool check(DeviceAccess& access, WatchedContainer& w, Clock::time_point trigger, const Revocation* cause = nullptr);
+  // named for devices this check finds newly missing.
+  CheckOutcome check(DeviceAccess& access, WatchedContainer& w, Clock::time_point trigger,
+                     const Revocation* cause = nullptr);
   // The probe just named who revoked `w`'s devices: a log line waiting for it goes out.
-  void revocation_named(WatchedContainer& w);
-
- private:
-  void report_plan(WatchedContainer& w, const RepairStep& step, Clock::time_point trigger);
-  void report_grants(WatchedContainer& w, RepairStep& step, Clock::time_point trigger);
-  void report_refusals(WatchedContainer& w, const SettledGrants& settled);
-  void persist(WatchedContainer& w, const std::vector<WantedDevice>& devices);
-  void persist_answered(const std::string& dir, const std::vector<WantedDevice>& devices, const std::string& unit,
+  void revocation_named(WatchedContainer& w) { report_.named(w); }
+  // A call adding `devices` to the DeviceAllow= of `w`'s scope started / was answered.
+  void persist_started(WatchedContainer& w);
+  void persist_answered(WatchedContainer& w, const std::vector<WantedDevice>& devices, const std::string& unit,
                         const Status& outcome);
 
-  // repair_report.cpp: log lines and Events.
-  void log_grants(WatchedContainer& w);
-  void wait_for_attribution(WatchedContainer& w);
-  void schedule_repair_log_summary(WatchedContainer& w, Clock::time_point at);
-  void log_repair_summary(WatchedContainer& w);
-  void report_event(const WatchedContainer& w, kube::Cause cause, const std::vector<WantedDevice>& devices,
-                    const std::string& problem = "");
-
-  const Config& config_;
+ private:
   const RepairSettings& settings_;
-  EventLoop& loop_;
-  ContainerTable& containers_;
-  Metrics& metrics_;
+  RepairMetrics metrics_;
+  DaemonMetrics daemon_metrics_;
   Attribution& attribution_;
-  Hooks hooks_;
-  kube::EventReporter* events_ = nullptr;
-  bool probe_loaded_ = false;
-  SystemdPersistence* persistence_ = nullptr;
+  RepairReport report_;
 };
 
 }  // namespace gdw

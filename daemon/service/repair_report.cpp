@@ -1,13 +1,10 @@
-// Reporting a repair: log lines and Kubernetes Events. A repair's log line waits briefly
-// for the probe's record of who revoked (kAttributionWait), then names the writer. In a
-// fight loop every repair is still made at once, but the journal gets the first
-// repair.log_burst lines of a container and then one line per repair.log_interval that
-// counts the others (RepairLogLimit decides; this writes).
+#include "service/repair_report.h"
+
+#include <algorithm>
 #include <cstdio>
 
 #include "log/log.h"
 #include "service/arm_timer.h"
-#include "service/repair_loop.h"
 
 namespace gdw {
 namespace {
@@ -24,9 +21,89 @@ std::string unlogged_repairs_text(std::uint64_t repairs, Clock::duration over) {
   return text;
 }
 
+std::string rate_limit_text(const Config& config) {
+  return "repairs rate-limited to " + std::to_string(config.repair.max_per_minute) + "/min after a burst of " +
+         std::to_string(config.repair.burst);
+}
+
 }  // namespace
 
-void RepairLoop::wait_for_attribution(WatchedContainer& w) {
+void RepairReport::plan(WatchedContainer& w, const RepairStep& step) {
+  const RepairPlan& plan = step.plan;
+  if (plan.report_unthrottled) log::info("repairs no longer rate-limited", w.log_fields());
+  if (plan.report_observed) {
+    log::warn("missing " + device_names(step.observed->missing) + " (observe mode: not repairing)", w.log_fields());
+    event(w, kube::Cause::kObserveMode, step.observed->missing);
+  }
+  if (!plan.throttled) return;
+  metrics_.throttled(w.labels);
+  if (plan.report_throttled) {
+    log::warn("devices revoked again and again: " + rate_limit_text(config_), w.log_fields());
+    event(w, kube::Cause::kThrottled, plan.held, rate_limit_text(config_) + " (repair.max_per_minute, repair.burst)");
+  }
+}
+
+void RepairReport::grants(WatchedContainer& w, RepairStep& step, Clock::time_point trigger) {
+  const GrantReport& applied = *step.applied;
+  const auto repair_time = Clock::now() - trigger;
+  metrics_.repair_duration(std::chrono::duration<double>(repair_time).count());
+  const auto granted = std::count_if(applied.devices.begin(), applied.devices.end(),
+                                     [](const DeviceOutcome& o) { return o.outcome.ok(); });
+  const auto refused = applied.devices.size() - static_cast<std::size_t>(granted);
+  if (granted) metrics_.regrant(true, applied.method, static_cast<std::size_t>(granted));
+  if (refused) metrics_.regrant(false, applied.method, refused);
+  if (applied.programs_replaced) metrics_.programs_replaced(applied.programs_replaced);
+  for (const auto& warning : applied.warnings) log::warn(warning, w.log_fields());
+  SettledGrants& settled = step.settled;
+  refusals(w, settled);
+  if (settled.granted.empty()) return;
+  // An earlier repair still waiting for its attribution has its own cause (or none).
+  if (!w.unlogged.grants.empty() && w.unlogged.trigger != trigger) log_grants(w);
+  if (w.unlogged.grants.empty())
+    w.unlogged.grants = std::move(settled.granted);  // the step ends here: no copy
+  else
+    w.unlogged.grants.insert(w.unlogged.grants.end(), settled.granted.begin(), settled.granted.end());
+  if (w.unlogged.trigger == Clock::time_point{}) {
+    w.unlogged.trigger = trigger;
+    w.unlogged.repair_time = repair_time;
+  }
+  // The probe's record of the revoking write can trail the inotify event by microseconds:
+  // give it a moment so the log line can say who did it.
+  if (!probe_loaded_ || (w.last_revocation && names_repair(*w.last_revocation, trigger))) {
+    log_grants(w);
+    return;
+  }
+  wait_for_attribution(w);
+}
+
+void RepairReport::refusals(WatchedContainer& w, const SettledGrants& settled) {
+  for (const auto& [device, error] : settled.report_refused) {
+    log::Fields f = w.log_fields();
+    f.device = device.name;
+    const std::string rule = format_device_rule(grant_rules({device})[0]);
+    f.rule = rule;
+    log::error("cannot grant " + device.name + ": " + error.message + "; retrying every " +
+                   format_duration(config_.repair.rejected_backoff),
+               f);
+    event(w, kube::Cause::kGrantRefused, {device}, error.message);
+  }
+}
+
+void RepairReport::persisted(const WatchedContainer& w, const std::vector<WantedDevice>& devices,
+                             const std::string& unit, const Status& outcome) {
+  if (!outcome) {
+    log::warn("systemd did not add DeviceAllow= to " + unit + ": " + outcome.error().message, w.log_fields());
+    return;
+  }
+  log::info("systemd now allows " + device_names(devices) + " in " + unit + " (kept across daemon-reload)",
+            w.log_fields());
+}
+
+void RepairReport::named(WatchedContainer& w) {
+  if (!w.unlogged.grants.empty()) log_grants(w);
+}
+
+void RepairReport::wait_for_attribution(WatchedContainer& w) {
   if (!w.log_timer) {
     const std::string key = w.cgroup.cgroup_dir;
     auto t = loop_.add_timer([this, key] {
@@ -38,18 +115,18 @@ void RepairLoop::wait_for_attribution(WatchedContainer& w) {
     }
     w.log_timer = std::move(*t);
   }
-  if (!w.log_timer.armed()) arm_timer(w.log_timer, kAttributionWait, "grant-log", metrics_);
+  if (!w.log_timer.armed()) arm_timer(w.log_timer, kAttributionWait, "grant-log", daemon_metrics_);
 }
 
-void RepairLoop::log_grants(WatchedContainer& w) {
+void RepairReport::log_grants(WatchedContainer& w) {
   if (w.unlogged.grants.empty()) return;
   w.log_timer.disarm();
   // Every repair is reported (the event reporter has its own per-pod budget); its log line
   // only within repair.log_burst / repair.log_interval, formatted only when written.
-  report_event(w, kube::Cause::kRevoked, w.unlogged.grants);
+  event(w, kube::Cause::kRevoked, w.unlogged.grants);
   const auto line = w.log_limit.on_repair(Clock::now());
   if (!line.log) {
-    if (line.summary_at) schedule_repair_log_summary(w, *line.summary_at);
+    if (line.summary_at) schedule_summary(w, *line.summary_at);
     w.unlogged.grants.clear();
     w.unlogged.trigger = {};
     return;
@@ -71,20 +148,20 @@ void RepairLoop::log_grants(WatchedContainer& w) {
   w.unlogged.trigger = {};
 }
 
-void RepairLoop::schedule_repair_log_summary(WatchedContainer& w, Clock::time_point at) {
+void RepairReport::schedule_summary(WatchedContainer& w, Clock::time_point at) {
   if (!w.log_summary_timer) {
     const std::string key = w.cgroup.cgroup_dir;
     auto t = loop_.add_timer([this, key] {
-      if (WatchedContainer* c = containers_.find(key)) log_repair_summary(*c);
+      if (WatchedContainer* c = containers_.find(key)) log_summary(*c);
     }, "repair-log-summary");
     if (!t) return;  // add_timer logged it; the count goes out with the next line instead
     w.log_summary_timer = std::move(*t);
   }
   const auto delay = std::max(at - Clock::now(), Clock::duration::zero());
-  arm_timer(w.log_summary_timer, delay + std::chrono::microseconds(1), "repair-log-summary", metrics_);
+  arm_timer(w.log_summary_timer, delay + std::chrono::microseconds(1), "repair-log-summary", daemon_metrics_);
 }
 
-void RepairLoop::log_repair_summary(WatchedContainer& w) {
+void RepairReport::log_summary(WatchedContainer& w) {
   const auto summary = w.log_limit.take_summary(Clock::now());
   if (!summary) return;  // a later line already carried the count
   log::Fields f = w.log_fields();
@@ -98,8 +175,8 @@ void RepairLoop::log_repair_summary(WatchedContainer& w) {
 
 // Kubernetes Events on the container's pod, from what is known of it here (kube/ does the
 // rest, off the loop); nothing when Events are off.
-void RepairLoop::report_event(const WatchedContainer& w, kube::Cause cause, const std::vector<WantedDevice>& devices,
-                          const std::string& problem) {
+void RepairReport::event(const WatchedContainer& w, kube::Cause cause, const std::vector<WantedDevice>& devices,
+                         const std::string& problem) {
   if (!events_ || !w.target.identity) return;
   kube::IncidentFacts f;
   // The UID from the kernel-enforced cgroup path; namespace and name as the runtime set them.

@@ -3,8 +3,8 @@
 namespace gdw {
 
 RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::string& cgroup_dir,
-                       const DesiredDevices& desired, bool persistable, Clock::time_point now,
-                       const RepairSettings& settings, bool all_denied_seen) {
+                       const DesiredDevices& desired, Clock::time_point now, const RepairSettings& settings,
+                       bool all_denied_seen) {
   RepairStep step;
   // Every wanted device was denied by the write the probe saw: nothing to read.
   const bool all_missing = all_denied_seen && !access.policy_in_programs() && settings.mode == Mode::kEnforce;
@@ -18,7 +18,7 @@ RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::stri
   step.plan = plan_repair(state, all_missing ? desired.wanted : step.observed->missing, now, settings);
   if (step.plan.grant.empty()) return step;
   step.applied = access.grant(cgroup_dir, desired.wanted, step.plan.grant);
-  step.settled = settle_grants(state, step.applied->devices, desired.wanted, persistable, now, settings);
+  step.settled = settle_grants(state, step.applied->devices, now, settings);
   step.gone = step.settled.gone;
   return step;
 }

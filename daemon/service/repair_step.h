@@ -22,14 +22,13 @@ struct RepairStep {
   bool report_read_error = false;  // the observation failed, first time in a row: log it
 };
 
-// `persistable`: a systemd scope holds the container (its DeviceAllow= can keep grants).
 // `all_denied_seen`: the probe saw every device denied (`a` to devices.deny) since the
 // last check. Where the policy is in files and repairs are enforced, every wanted device is
 // then taken as missing without reading the policy: each was, at that write, and granting
 // one that a later write allowed again changes nothing. Whatever else was denied, all the
 // container wants is granted, so it ends whole; a deny after the grant is a new event.
 RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::string& cgroup_dir,
-                       const DesiredDevices& desired, bool persistable, Clock::time_point now,
-                       const RepairSettings& settings, bool all_denied_seen = false);
+                       const DesiredDevices& desired, Clock::time_point now, const RepairSettings& settings,
+                       bool all_denied_seen = false);
 
 }  // namespace gdw

@@ -38,6 +38,12 @@ class SystemdPersistence {
   // Drops the connection (systemd.bus_address may change on reload).
   void reset() { client_.reset(); }
 
+  // The same call for a one-shot command (`check --repair`), on a private loop, waited for
+  // at most systemd.timeout (the call's own deadline ends it): the scope's unit name, or
+  // why systemd did not add the devices.
+  static Result<std::string> persist_blocking(const Config& config, const std::string& cgroup_dir,
+                                              const std::vector<WantedDevice>& devices);
+
  private:
   SystemdClient* client();
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "metrics/metrics.h"
+#include "metrics/daemon_metrics.h"
 #include "watch/inotify.h"
 
 namespace gdw {
@@ -22,7 +22,7 @@ struct WatchTarget {
 
 class WatchRegistry {
  public:
-  WatchRegistry(Inotify& inotify, Metrics& metrics) : inotify_(inotify), metrics_(metrics) {}
+  WatchRegistry(Inotify& inotify, DaemonMetrics metrics) : inotify_(inotify), metrics_(metrics) {}
 
   // The watch of `path` (an existing one is reused); -1 when it cannot be watched (a path
   // that does not exist is not an error worth a line).
@@ -35,7 +35,7 @@ class WatchRegistry {
 
  private:
   Inotify& inotify_;
-  Metrics& metrics_;
+  DaemonMetrics metrics_;
   // Hashed: looked up for every inotify event (node-based, so find()'s pointer stays valid
   // until that watch is dropped).
   std::unordered_map<int, WatchTarget> watches_;

@@ -14,7 +14,7 @@
 #include "core/repair_plan.h"
 #include "core/revocation.h"
 #include "log/log.h"
-#include "metrics/metrics.h"
+#include "metrics/container_labels.h"
 #include "node/container_target.h"
 #include "runtime/discovery.h"
 #include "watch/event_loop.h"

@@ -4,10 +4,10 @@
 usage: check_metric_names.py SOURCE_DIR
 
 The exported names are those of the rows of the family table in
-daemon/metrics/metrics.cpp ({Id::k..., Type::kCounter, "name", ...}); a histogram exports NAME_bucket, NAME_sum and NAME_count, never
+daemon/metrics/metric_catalogue.cpp ({Id::k..., Type::kCounter, "name", ...}); a histogram exports NAME_bucket, NAME_sum and NAME_count, never
 NAME itself. Every gpu_devwatch_* token in the alert rules, their tests and the Grafana
 dashboard's queries must be one of those, or be listed in test/deploy/pending-metrics.txt
-(metrics being added elsewhere). A pending name that metrics.cpp now exports is reported
+(metrics being added elsewhere). A pending name that metric_catalogue.cpp now exports is reported
 too, so the list shrinks as they land.
 """
 import json
@@ -71,7 +71,7 @@ def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
     root = pathlib.Path(sys.argv[1])
-    exported = exported_names(root / "daemon/metrics/metrics.cpp")
+    exported = exported_names(root / "daemon/metrics/metric_catalogue.cpp")
     pending = pending_names(root / "test/deploy/pending-metrics.txt")
 
     uses = []  # (file:line or JSON path, name)
@@ -93,7 +93,7 @@ def main():
         base = re.sub(r"_(bucket|sum|count)$", "", name)
         if base + "_bucket" in exported and name == base:
             hint = " (a histogram: use _bucket, _sum or _count)"
-        errors.append(f"{where}: {name} is not exported by daemon/metrics/metrics.cpp{hint}")
+        errors.append(f"{where}: {name} is not exported by daemon/metrics/metric_catalogue.cpp{hint}")
     for name in sorted(pending & exported):
         errors.append(f"test/deploy/pending-metrics.txt: {name} is exported now: delete it from the list")
     used = {name for _, name in uses}

@@ -56,6 +56,8 @@ std::vector<std::uint32_t> ids_of(const std::vector<AttachedDeviceProgram>& prog
 // program after a reload enforces the same list (its DeviceAllow= came from the spec).
 const std::vector<OciDeviceCgroupRule> kSpec{kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll),
                                              allow(DeviceType::kChar, 136, kAnyNumber, kAccessAll)};
+// A reload after the unit's DeviceAllow= lost the terminals: not the spec's program.
+const std::vector<OciDeviceCgroupRule> kNarrowerSpec{kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll)};
 
 WantedDevice wanted(std::uint32_t major, std::uint32_t minor, std::uint8_t access, const std::string& name) {
   return WantedDevice{{DeviceType::kChar, major, minor}, access, name, "test"};
@@ -237,19 +239,30 @@ TEST_F(DeviceProgramsV2, ReRepairWrapsTheOriginalNotTheWrapper) {
   EXPECT_TRUE(denied("nvidia0")) << "no longer wanted";
   expect_spec_kept();
 
-  attach_foreign("sd_devices", kSpec);  // a second revocation: a reload
+  // A second revocation: a reload attaches the same spec again beside our wrapper (whose
+  // original was its previous program). The wrapper already runs that very code: the new
+  // program is detached, no second wrapper piles up.
+  const std::uint32_t reload_id = attach_foreign("sd_devices", kSpec);
   ASSERT_TRUE(denied("nvidia1"));
   auto third = repair_device_programs(dir_, desired2);
   ASSERT_TRUE(third.ok()) << third.error().message;
-  EXPECT_EQ(third->replaced.size(), 1u) << "only the reload's program";
+  EXPECT_TRUE(third->replaced.empty());
+  EXPECT_EQ(third->detached, 1u);
   now = query();
-  ASSERT_EQ(now.size(), 2u) << "ours replaced its program: no extra one";
-  for (const auto& p : now) {
-    EXPECT_TRUE(p.wrapper);
-    EXPECT_FALSE(unwrap_device_program(p.inner));
-  }
+  ASSERT_EQ(now.size(), 1u) << "one wrapper, as before the reload";
+  EXPECT_TRUE(now[0].wrapper);
+  EXPECT_NE(now[0].id, reload_id);
+  EXPECT_FALSE(unwrap_device_program(now[0].inner));
   EXPECT_EQ(open_errno("nvidia1"), ENXIO);
   expect_spec_kept();
+  // A reload's program that differs from what the wrapper runs is wrapped as before.
+  attach_foreign("sd_devices", kNarrowerSpec);
+  ASSERT_TRUE(denied("nvidia1"));
+  auto fourth = repair_device_programs(dir_, desired2);
+  ASSERT_TRUE(fourth.ok()) << fourth.error().message;
+  EXPECT_EQ(fourth->replaced.size(), 1u);
+  EXPECT_EQ(query().size(), 2u);
+  EXPECT_EQ(open_errno("nvidia1"), ENXIO);
 }
 
 TEST_F(DeviceProgramsV2, ALinkAttachedProgramIsReportedAndStillDenies) {

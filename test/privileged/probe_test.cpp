@@ -819,7 +819,16 @@ TEST_F(ProbeDeviceProgramTest, LinkMadeBeforeTheProbeStillNamesItsCgroupWhenUpda
   EXPECT_EQ(detach->prog_id, prog_id(second_prog_));
 }
 
-TEST_F(ProbeTest, DeviceProgramLoadIsReportedWithoutTheHook) {
+// Without the attach hook (a kernel that refuses it), device program loads are what the
+// probe reports.
+class ProbeWithoutAttachHookTest : public ProbeTest {
+ protected:
+  ProbeOptions options() const override { return {.attach_hook = false}; }
+};
+
+TEST_F(ProbeWithoutAttachHookTest, DeviceProgramLoadIsReportedWithoutTheHook) {
+  EXPECT_FALSE(probe_->attach_hook());
+  EXPECT_EQ(probe_->attach_hook_problem(), "turned off");
   const bpf_insn accept[] = {
       {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
       {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
@@ -842,6 +851,103 @@ TEST_F(ProbeTest, DeviceProgramLoadIsReportedWithoutTheHook) {
             1u)
       << "the socket filter was reported too";
   ::close(device);
+}
+
+// ---- the attach hook (cgroup v2) -------------------------------------------------------------
+
+// The default probe: attaches of device programs to watched program cgroups are reported
+// while the kernel installs them (tp_btf/kmalloc at the effective array's allocation),
+// without the syscall hook; loads are not reported then.
+class ProbeAttachHookTest : public ProbeDeviceProgramTest {
+ protected:
+  ProbeOptions options() const override { return {}; }
+
+  void SetUp() override {
+    ProbeDeviceProgramTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    ASSERT_TRUE(probe_->attach_hook()) << "no attach hook on this kernel: " << probe_->attach_hook_problem();
+    ASSERT_FALSE(probe_->syscall_hook_attached());
+    ASSERT_TRUE(probe_->watch_program_cgroup(cgroup_id_));
+  }
+
+  std::vector<DeviceProgramEvent> attaching(std::uint64_t cgroup) {
+    return log_->all<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+      return e.caller.pid == ::getpid() && e.attaching && e.target_cgroup_id == cgroup;
+    });
+  }
+};
+
+TEST_F(ProbeAttachHookTest, AnAttachToAWatchedCgroupIsReportedAsTheKernelInstallsIt) {
+  ASSERT_EQ(bpf_prog_attach(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  auto attach = log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.caller.pid == ::getpid() && e.attaching && e.target_cgroup_id == cgroup_id_;
+  });
+  ASSERT_TRUE(attach) << "no attach record without the syscall hook";
+  EXPECT_EQ(attach->command, DeviceProgramEvent::Command::kProgAttach);
+  EXPECT_EQ(attach->prog_id, prog_id(first_prog_));
+  EXPECT_EQ(attach->flags, static_cast<std::uint32_t>(BPF_F_ALLOW_MULTI));
+  EXPECT_EQ(attach->caller.comm, own_comm());
+
+  // A replacing attach names the program it replaces.
+  struct bpf_prog_attach_opts opts {};
+  opts.sz = sizeof(opts);
+  opts.flags = BPF_F_ALLOW_MULTI | BPF_F_REPLACE;
+  opts.replace_prog_fd = first_prog_;
+  ASSERT_EQ(bpf_prog_attach_opts(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, &opts), 0);
+  auto replace = log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.attaching && e.target_cgroup_id == cgroup_id_ && e.prog_id == prog_id(second_prog_);
+  });
+  ASSERT_TRUE(replace);
+  EXPECT_EQ(replace->replaced_prog_id, prog_id(first_prog_));
+
+  // A detach cannot revoke: not reported (the cgroup keeps one program, so the kernel
+  // computes a new effective array for it all the same).
+  ASSERT_EQ(bpf_prog_attach(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  ASSERT_TRUE(log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.attaching && e.target_cgroup_id == cgroup_id_ && e.prog_id == prog_id(first_prog_) &&
+           e.replaced_prog_id == 0 && e.ktime_ns > replace->ktime_ns;
+  }));
+  const auto before = attaching(cgroup_id_).size();
+  ASSERT_EQ(bpf_prog_detach2(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+  ASSERT_EQ(bpf_prog_detach2(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+  (void)log_->wait_for<DeviceProgramEvent>([](const DeviceProgramEvent&) { return false; },
+                                          std::chrono::milliseconds(200));  // whatever came
+  EXPECT_EQ(attaching(cgroup_id_).size(), before);
+}
+
+TEST_F(ProbeAttachHookTest, AnAttachElsewhereAndALoadAreNotReported) {
+  const std::string other = sandbox_->make("other");
+  const std::uint64_t other_id = inode_of(other);
+  int other_fd = ::open(other.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(other_fd, 0);
+  ASSERT_EQ(bpf_prog_attach(first_prog_, other_fd, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  int loaded = load_allow_all_device_program();
+  ASSERT_GE(loaded, 0);
+  // A fence: an attach to the watched cgroup after both.
+  ASSERT_EQ(bpf_prog_attach(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  ASSERT_TRUE(log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.attaching && e.target_cgroup_id == cgroup_id_ && e.prog_id == prog_id(second_prog_);
+  }));
+  EXPECT_TRUE(attaching(other_id).empty()) << "an unwatched cgroup's attach woke the daemon";
+  EXPECT_TRUE(log_->all<DeviceProgramLoadEvent>([&](const DeviceProgramLoadEvent& e) {
+                return e.caller.pid == ::getpid();
+              }).empty())
+      << "loads are not reported while the attaches are";
+  ASSERT_EQ(bpf_prog_detach2(first_prog_, other_fd, BPF_CGROUP_DEVICE), 0);
+  ASSERT_EQ(bpf_prog_detach2(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+  ::close(loaded);
+  ::close(other_fd);
+}
+
+TEST_F(ProbeAttachHookTest, ALinkToAWatchedCgroupIsReportedToo) {
+  int link = bpf_link_create(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, nullptr);
+  ASSERT_GE(link, 0) << std::strerror(errno);
+  auto created = log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.attaching && e.target_cgroup_id == cgroup_id_ && e.command == DeviceProgramEvent::Command::kLinkCreate;
+  });
+  ASSERT_TRUE(created);
+  EXPECT_EQ(created->prog_id, prog_id(first_prog_));
+  ::close(link);
 }
 
 // ---- cgroup lifecycle -----------------------------------------------------------------------

@@ -6,6 +6,7 @@
 // Access is proven from the host: a process moved into the scope's cgroup opens mknod'ed
 // nodes without a driver (ENXIO = allowed, EPERM = denied).
 #include "backend/systemd_scope.h"
+#include "service/systemd_persistence.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -258,8 +259,12 @@ TEST_P(SystemdScope, OnlySystemdsListDecidesWhenNoOtherProgramIsAttached) {
 
 TEST_P(SystemdScope, AnUnknownUnitIsReportedBySystemd) {
   const auto start = Clock::now();
-  auto status = add_device_allow_blocking(systemd_->bus_address(), "cri-containerd-" + random_hex(64) + ".scope",
-                                          {wanted(195, 0, "nvidia0")}, std::chrono::seconds(5));
+  Config config;
+  config.systemd.bus_address = systemd_->bus_address();
+  config.systemd.timeout = std::chrono::seconds(5);
+  // What `check --repair` uses (service/systemd_persistence.h).
+  auto status = SystemdPersistence::persist_blocking(
+      config, "/sys/fs/cgroup/x/cri-containerd-" + random_hex(64) + ".scope", {wanted(195, 0, "nvidia0")});
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.error().message.find("org.freedesktop.systemd1.NoSuchUnit"), std::string::npos)
       << status.error().message;

@@ -123,7 +123,7 @@ TEST(PlanV2Repair, OnlyDenyingProgramsAreWrappedAndTheWrapperKeepsTheirOtherVerd
   auto plan = plan_v2_repair({runtime, allows_gpu}, {want(kGpu0)});
   ASSERT_EQ(plan.replace.size(), 1u);
   EXPECT_EQ(plan.replace[0].old.id, 7u);
-  const BpfCode& code = plan.replace[0].code;
+  const BpfCode code = wrap_device_program(plan.replace[0].added, plan.replace[0].old.inner);
   EXPECT_EQ(program_allows(code, kGpu0, kAccessReadWrite), Verdict::kAllow);
   EXPECT_EQ(run_device_program(code, kGpu0, kAccessMknod), Verdict::kDeny) << "wanted rw, not m; the runtime denies m";
   EXPECT_EQ(run_device_program(code, kNull, kAccessReadWrite), Verdict::kAllow);
@@ -139,19 +139,20 @@ TEST(PlanV2Repair, ARewrapWrapsTheOriginalWithTheNewWantedSet) {
   AttachedDeviceProgram wrapper;
   wrapper.id = 9;
   wrapper.owner = ProgramOwner::kOurs;
-  wrapper.code = first.replace[0].code;
+  wrapper.code = wrap_device_program(first.replace[0].added, first.replace[0].old.inner);
   auto unwrapped = unwrap_device_program(wrapper.code);
   ASSERT_TRUE(unwrapped);
   wrapper.wrapper = true;
   wrapper.inner = unwrapped->inner;
   auto second = plan_v2_repair({wrapper}, {want(kGpu1)});
   ASSERT_EQ(second.replace.size(), 1u);
-  auto again = unwrap_device_program(second.replace[0].code);
+  const BpfCode second_code = wrap_device_program(second.replace[0].added, second.replace[0].old.inner);
+  auto again = unwrap_device_program(second_code);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->inner.size(), original.code.size()) << "the original, not the first wrapper";
   EXPECT_FALSE(unwrap_device_program(again->inner)) << "depth 1";
-  EXPECT_EQ(run_device_program(second.replace[0].code, kGpu0, kAccessRead), Verdict::kDeny) << "no longer wanted";
-  EXPECT_EQ(run_device_program(second.replace[0].code, kGpu1, kAccessRead), Verdict::kAllow);
+  EXPECT_EQ(run_device_program(second_code, kGpu0, kAccessRead), Verdict::kDeny) << "no longer wanted";
+  EXPECT_EQ(run_device_program(second_code, kGpu1, kAccessRead), Verdict::kAllow);
 }
 
 TEST(PlanV2Repair, LinkAttachedAndUnwrappableProgramsAreLeftWithTheReason) {
@@ -179,6 +180,61 @@ TEST(ProgramOwner, NamesForLogs) {
   EXPECT_EQ(to_string(ProgramOwner::kOurs), "ours");
   EXPECT_EQ(to_string(ProgramOwner::kSystemd), "systemd");
   EXPECT_EQ(to_string(ProgramOwner::kRuntime), "runtime");
+}
+
+// A wrapper of ours around `original` adding `added`, as a query describes it.
+AttachedDeviceProgram wrapper_of(const AttachedDeviceProgram& original, const std::vector<WantedDevice>& added,
+                                 std::uint32_t id) {
+  AttachedDeviceProgram w;
+  w.id = id;
+  w.owner = ProgramOwner::kOurs;
+  w.code = wrap_device_program(added, original.inner);
+  auto unwrapped = unwrap_device_program(w.code);
+  w.wrapper = true;
+  w.added = unwrapped->added;
+  w.inner = unwrapped->inner;
+  return w;
+}
+
+TEST(PlanV2Repair, AProgramAWrapperBesideItAlreadyRunsIsDetachedNotWrappedAgain) {
+  // systemd on daemon-reload: its previous program was replaced by our wrapper, so it
+  // cannot detach that one; it attaches the same program again beside it.
+  const std::vector<OciDeviceCgroupRule> spec{kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll)};
+  auto first = program(ProgramOwner::kSystemd, 7, spec);
+  auto ours = wrapper_of(first, {want(kGpu0)}, 9);
+  auto again = program(ProgramOwner::kSystemd, 11, spec);
+  auto plan = plan_v2_repair({ours, again}, {want(kGpu0)});
+  EXPECT_TRUE(plan.replace.empty()) << "no second wrapper";
+  ASSERT_EQ(plan.detach.size(), 1u);
+  EXPECT_EQ(plan.detach[0].id, 11u);
+  // Detaching it takes away no restriction the wrapper does not enforce: for every device
+  // but the wanted one the wrapper decides as that program does.
+  for (const DeviceNumber dev : {kNull, kGpu1, DeviceNumber{DeviceType::kChar, 1, 9}, DeviceNumber{DeviceType::kBlock, 8, 0}})
+    for (std::uint8_t access = 1; access <= kAccessAll; ++access)
+      EXPECT_EQ(run_device_program(ours.code, dev, access), run_device_program(again.code, dev, access));
+}
+
+TEST(PlanV2Repair, ADifferentProgramOrAWrapperOfOtherDevicesMeansAWrap) {
+  const std::vector<OciDeviceCgroupRule> spec{kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll)};
+  auto first = program(ProgramOwner::kSystemd, 7, spec);
+  auto ours = wrapper_of(first, {want(kGpu0)}, 9);
+  // A program that differs (one more device allowed) is not the wrapper's to stand for.
+  auto other = program(ProgramOwner::kSystemd, 11, {kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll),
+                                                    allow(DeviceType::kChar, 1, 5, kAccessAll)});
+  auto plan = plan_v2_repair({ours, other}, {want(kGpu0)});
+  EXPECT_TRUE(plan.detach.empty());
+  ASSERT_EQ(plan.replace.size(), 1u);
+  EXPECT_EQ(plan.replace[0].old.id, 11u);
+  // The wanted set changed since the wrapper was made: it no longer adds what is wanted.
+  // The stale wrapper is wrapped again from its original for the new set; the program
+  // with the same instructions beside it is then detached, since the kernel attaches that
+  // one new wrapper only once per cgroup and it runs the very same instructions.
+  auto same = program(ProgramOwner::kSystemd, 12, spec);
+  auto changed = plan_v2_repair({ours, same}, {want(kGpu1)});
+  ASSERT_EQ(changed.replace.size(), 1u);
+  EXPECT_EQ(changed.replace[0].old.id, 9u);
+  ASSERT_EQ(changed.detach.size(), 1u);
+  EXPECT_EQ(changed.detach[0].id, 12u);
 }
 
 }  // namespace

@@ -1,6 +1,13 @@
-// The metric families are a table (daemon/metrics/metrics.cpp): what /metrics shows must be
+// The metric families are a table (daemon/metrics/metric_catalogue.cpp): what /metrics shows must be
 // exactly what the table declares — names, help, types and each series' label names.
 #include "metrics/metrics.h"
+
+#include "metrics/daemon_metrics.h"
+#include "metrics/event_metrics.h"
+#include "metrics/health_metrics.h"
+#include "metrics/node_metrics.h"
+#include "metrics/probe_metrics.h"
+#include "metrics/repair_metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -13,45 +20,45 @@ namespace {
 
 const ContainerLabels kContainer{"ml", "trainer-0", "cuda"};
 
-// Calls every method that makes or changes a series. A new metric's method belongs here.
+// Calls every view method that makes or changes a series. A new metric's method belongs here.
 void exercise_every_method(Metrics& m) {
-  m.drift(kContainer, "/dev/nvidia0");
-  m.regrant(true, "cgroupfs");
-  m.regrant(false, "bpf");
-  m.repair_duration(0.0001);
-  m.throttled(kContainer);
-  m.set_containers_watched(3);
-  m.set_containers_missing_devices(1);
-  m.set_containers_unidentified(1);
-  m.set_containers_throttled(1);
-  m.set_device_programs("ours", 2);
-  m.programs_replaced(1);
-  m.set_container_exposure(kContainer, 2, true);
-  m.set_checkpoint_checksum_valid(true);
-  m.set_checkpoint_loaded(true);
-  m.event_loop_error("inotify");
-  m.resync("startup", 0.01);
-  m.inotify_overflow();
-  m.config_reload(true);
-  m.pod_resources_call("ok", 0.002);
-  m.set_allocation_disagreements(1);
-  m.set_ambiguous_pod_identities(1);
-  m.set_identity_conflicts(1);
-  m.set_cdi_spec_errors(1);
-  m.set_cdi_unresolved_devices(1);
-  m.set_checkpoint_stale(true, 2);
-  m.checkpoint_remediation(true);
-  m.set_checkpoint_remediation_held("devices-in-use");
-  m.set_device_plugin("/var/lib/kubelet/device-plugins/nvidia.sock", true, 0.01);
-  m.set_checkpoint_last_write(100);
-  m.set_newest_container_start(150);
-  m.set_probe_loaded(true);
-  m.set_syscall_hook_attached(true);
-  m.revocation("runc");
-  m.denied_open(kContainer, "/dev/nvidia0", 2);
-  m.set_ring_buffer_drops(5);
-  m.event_sent();
-  m.event_dropped("rejected");
+  RepairMetrics(m).drift(kContainer, "/dev/nvidia0");
+  RepairMetrics(m).regrant(true, "cgroupfs");
+  RepairMetrics(m).regrant(false, "bpf");
+  RepairMetrics(m).repair_duration(0.0001);
+  RepairMetrics(m).throttled(kContainer);
+  NodeMetrics(m).set_containers_watched(3);
+  NodeMetrics(m).set_containers_missing_devices(1);
+  NodeMetrics(m).set_containers_unidentified(1);
+  NodeMetrics(m).set_containers_throttled(1);
+  NodeMetrics(m).set_device_programs("ours", 2);
+  RepairMetrics(m).programs_replaced(1);
+  NodeMetrics(m).set_container_exposure(kContainer, NodeMetrics::ExposedDevices{2, 1}, true);
+  NodeMetrics(m).set_checkpoint_checksum_valid(true);
+  NodeMetrics(m).set_checkpoint_loaded(true);
+  DaemonMetrics(m).event_loop_error("inotify");
+  DaemonMetrics(m).resync("startup", 0.01);
+  DaemonMetrics(m).inotify_overflow();
+  DaemonMetrics(m).config_reload(true);
+  HealthMetrics(m).pod_resources_call("ok", 0.002);
+  HealthMetrics(m).set_allocation_disagreements(1);
+  NodeMetrics(m).set_ambiguous_pod_identities(1);
+  NodeMetrics(m).set_identity_conflicts(1);
+  NodeMetrics(m).set_cdi_spec_errors(1);
+  NodeMetrics(m).set_cdi_unresolved_devices(1);
+  HealthMetrics(m).set_checkpoint_stale(true, 2);
+  HealthMetrics(m).checkpoint_remediation(true);
+  HealthMetrics(m).set_checkpoint_remediation_held("devices-in-use");
+  HealthMetrics(m).set_device_plugin("/var/lib/kubelet/device-plugins/nvidia.sock", true, 0.01);
+  NodeMetrics(m).set_checkpoint_last_write(100);
+  NodeMetrics(m).set_newest_container_start(150);
+  ProbeMetrics(m).set_probe_loaded(true);
+  ProbeMetrics(m).set_syscall_hook_attached(true);
+  ProbeMetrics(m).revocation("runc");
+  ProbeMetrics(m).denied_open(kContainer, "/dev/nvidia0", 2);
+  ProbeMetrics(m).set_ring_buffer_drops(5);
+  EventMetrics(m).event_sent();
+  EventMetrics(m).event_dropped("rejected");
 }
 
 const char* type_word(MetricType t) {
@@ -154,7 +161,7 @@ TEST(MetricFamilies, AContainerThatIsGoneLeavesNoSeries) {
   Metrics m;
   exercise_every_method(m);
   ASSERT_NE(m.render().find("pod=\"trainer-0\""), std::string::npos);
-  m.forget(kContainer);
+  NodeMetrics(m).forget(kContainer);
   const auto text = m.render();
   EXPECT_EQ(text.find("pod=\"trainer-0\""), std::string::npos) << text;
   EXPECT_NE(text.find("gpu_devwatch_env_visible_containers 0"), std::string::npos);

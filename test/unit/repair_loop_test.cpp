@@ -1,7 +1,9 @@
 // The daemon's repair loop (service/repair_loop.h) driven by an in-memory device policy
 // (support/fake_device_access.h) on a real sd-event loop: what a check grants, counts and
-// hands back to its owner, without root or a cgroup.
+// returns to its owner, without root or a cgroup.
 #include "service/repair_loop.h"
+
+#include "metrics/metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -44,12 +46,7 @@ class RepairLoopTest : public ::testing::Test {
     auto created = EventLoop::create();
     ASSERT_TRUE(created);
     loop = std::move(*created);
-    RepairLoop::Hooks hooks;
-    hooks.gone = [this](const std::string& dir) { gone.push_back(dir); };
-    hooks.retry = [this](WatchedContainer&, Clock::duration delay, Clock::time_point) { retries.push_back(delay); };
-    hooks.checked = [this](WatchedContainer&) { ++checked; };
-    hooks.persisted = [](WatchedContainer&) { FAIL() << "no systemd here"; };
-    repair.emplace(config, settings, *loop, containers, metrics, attribution, std::move(hooks));
+    repair.emplace(config, settings, *loop, containers, metrics, attribution);
     DiscoveredContainer cg;
     cg.cgroup_dir = kDir;
     cg.pod.pod_uid = "uid-1";
@@ -70,14 +67,27 @@ class RepairLoopTest : public ::testing::Test {
     ASSERT_TRUE(stop->arm(std::chrono::duration_cast<std::chrono::microseconds>(d)));
     loop->run();
   }
-  bool check(const Revocation* cause = nullptr) { return repair->check(access, *w, Clock::now(), cause); }
+  // One check, as the fleet runs it; what it asks for is recorded.
+  bool check(const Revocation* cause = nullptr) { return check_at(Clock::now(), cause); }
+  bool check_at(Clock::time_point trigger, const Revocation* cause = nullptr) {
+    CheckOutcome outcome = repair->check(access, *w, trigger, cause);
+    const auto now = Clock::now();
+    EXPECT_TRUE(outcome.granted.empty()) << "no systemd scope here: nothing to persist";
+    if (outcome.gone) {
+      gone.push_back(kDir);
+      return false;
+    }
+    if (outcome.retry_at) retries.push_back(*outcome.retry_at - now);
+    ++checked;
+    return true;
+  }
 
   Config config;
   RepairSettings settings;
   std::unique_ptr<EventLoop> loop;
   ContainerTable containers;
   Metrics metrics;
-  Attribution attribution{containers, metrics};
+  Attribution attribution{containers, ProbeMetrics(metrics)};
   std::optional<RepairLoop> repair;
   FakeDeviceAccess access;
   WatchedContainer* w = nullptr;
@@ -130,7 +140,7 @@ TEST_F(RepairLoopTest, TheCauseHandedInIsNamedAndCountedOnlyWhenSomethingWentMis
 
   access.allowed[kDir] = {kCtl.dev};
   const auto trigger = Clock::now();
-  repair->check(access, *w, trigger, &cause);
+  check_at(trigger, &cause);
   ASSERT_TRUE(w->last_revocation);
   EXPECT_EQ(w->last_revocation->writer, "runc");
   EXPECT_EQ(w->last_revocation->cause_of, trigger);
@@ -143,7 +153,7 @@ TEST_F(RepairLoopTest, WithTheProbeTheLogLineWaitsForTheRevokerThenGoesOut) {
   // The revoking write precedes the check it triggers; its record may come after it.
   const auto written = Clock::now();
   const auto trigger = written + milliseconds(1);
-  repair->check(access, *w, trigger);
+  check_at(trigger);
   EXPECT_EQ(access.allowed[kDir].count(kGpu0.dev), 1u) << "the repair itself never waits";
   ASSERT_EQ(w->unlogged.grants.size(), 1u);
   EXPECT_TRUE(w->log_timer.armed());

@@ -8,6 +8,8 @@
 #include "core/device_set.h"
 #include "core/revocation.h"
 #include "metrics/metrics.h"
+#include "metrics/node_metrics.h"
+#include "metrics/repair_metrics.h"
 
 namespace gdw {
 namespace {
@@ -93,11 +95,11 @@ std::string drift_line(const std::string& text, const std::string& pod, const st
 TEST(ContainerCounters, CountEachContainerApartWhenTheyAlternate) {
   Metrics m;
   for (int i = 0; i < 3; ++i) {
-    m.drift(kTrainer, "nvidia0");
-    m.drift(kTrainer, "nvidiactl");
-    m.drift(kOther, "nvidia0");
+    RepairMetrics(m).drift(kTrainer, "nvidia0");
+    RepairMetrics(m).drift(kTrainer, "nvidiactl");
+    RepairMetrics(m).drift(kOther, "nvidia0");
   }
-  m.drift(kTrainer, "nvidia0");
+  RepairMetrics(m).drift(kTrainer, "nvidia0");
   const std::string text = m.render();
   EXPECT_NE(drift_line(text, "trainer-0", "nvidia0").find("} 4"), std::string::npos) << text;
   EXPECT_NE(drift_line(text, "trainer-0", "nvidiactl").find("} 3"), std::string::npos) << text;
@@ -106,11 +108,11 @@ TEST(ContainerCounters, CountEachContainerApartWhenTheyAlternate) {
 
 TEST(ContainerCounters, AForgottenContainerCountedAgainStartsFromZero) {
   Metrics m;
-  m.drift(kTrainer, "nvidia0");
-  m.drift(kTrainer, "nvidia0");
-  m.forget(kTrainer);  // the container counted last
+  RepairMetrics(m).drift(kTrainer, "nvidia0");
+  RepairMetrics(m).drift(kTrainer, "nvidia0");
+  NodeMetrics(m).forget(kTrainer);  // the container counted last
   EXPECT_EQ(drift_line(m.render(), "trainer-0", "nvidia0"), "");
-  m.drift(kTrainer, "nvidia0");
+  RepairMetrics(m).drift(kTrainer, "nvidia0");
   const std::string line = drift_line(m.render(), "trainer-0", "nvidia0");
   EXPECT_NE(line.find("} 1"), std::string::npos) << line;
 }

@@ -98,8 +98,7 @@ TEST(RepairPlanRefusedGrants, WaitForTheBackoffAndAreReportedOnceUntilOneSucceed
   const RepairSettings s = settings();
   RepairPlan plan = plan_repair(state, {kGpu0, kCtl}, kT0, s);
   ASSERT_EQ(names(plan.grant), (std::vector<std::string>{"nvidia0", "nvidiactl"}));
-  SettledGrants settled = settle_grants(
-      state, {{kGpu0, errno_error(EPERM, "refused by the kernel")}, {kCtl, Status()}}, {kGpu0, kCtl}, false, kT0, s);
+  SettledGrants settled = settle_grants(state, {{kGpu0, errno_error(EPERM, "refused by the kernel")}, {kCtl, Status()}}, kT0, s);
   EXPECT_EQ(names(settled.granted), std::vector<std::string>{"nvidiactl"});
   ASSERT_EQ(settled.report_refused.size(), 1u);
   EXPECT_EQ(settled.report_refused[0].first.name, "nvidia0");
@@ -117,22 +116,22 @@ TEST(RepairPlanRefusedGrants, WaitForTheBackoffAndAreReportedOnceUntilOneSucceed
   // After it: asked again; refused again, not reported again.
   RepairPlan retry = plan_repair(state, {kGpu0}, kT0 + seconds(30), s);
   EXPECT_EQ(names(retry.grant), std::vector<std::string>{"nvidia0"});
-  settled = settle_grants(state, {{kGpu0, errno_error(EPERM, "refused")}}, {kGpu0}, false, kT0 + seconds(30), s);
+  settled = settle_grants(state, {{kGpu0, errno_error(EPERM, "refused")}}, kT0 + seconds(30), s);
   EXPECT_TRUE(settled.report_refused.empty()) << "logged once until a grant succeeds";
 
   // It succeeds: the back-off is forgotten, and a later refusal is reported again.
-  settled = settle_grants(state, {{kGpu0, Status()}}, {kGpu0}, false, kT0 + seconds(61), s);
+  settled = settle_grants(state, {{kGpu0, Status()}}, kT0 + seconds(61), s);
   EXPECT_EQ(names(settled.granted), std::vector<std::string>{"nvidia0"});
   EXPECT_TRUE(state.refused_until.empty());
   EXPECT_TRUE(state.missing.empty());
-  settled = settle_grants(state, {{kGpu0, errno_error(EPERM, "refused")}}, {kGpu0}, false, kT0 + seconds(62), s);
+  settled = settle_grants(state, {{kGpu0, errno_error(EPERM, "refused")}}, kT0 + seconds(62), s);
   EXPECT_EQ(settled.report_refused.size(), 1u);
 }
 
 TEST(RepairPlanRefusedGrants, ACgroupGoneMidRepairIsNotARefusal) {
   RepairState state = fresh();
   SettledGrants settled =
-      settle_grants(state, {{kGpu0, errno_error(ENOENT, "cgroup removed")}}, {kGpu0}, true, kT0, settings());
+      settle_grants(state, {{kGpu0, errno_error(ENOENT, "cgroup removed")}}, kT0, settings());
   EXPECT_TRUE(settled.gone);
   EXPECT_TRUE(settled.report_refused.empty());
   EXPECT_TRUE(state.refused_until.empty());
@@ -148,7 +147,7 @@ TEST(RepairPlanBudget, AnEmptyBucketHoldsRepairsBackAndReportsOnce) {
   for (int i = 0; i < 2; ++i) {
     RepairPlan plan = plan_repair(state, {kGpu0}, kT0, s);
     EXPECT_EQ(names(plan.grant), std::vector<std::string>{"nvidia0"}) << "the burst is repaired at once";
-    (void)settle_grants(state, {{kGpu0, Status()}}, {kGpu0}, false, kT0, s);
+    (void)settle_grants(state, {{kGpu0, Status()}}, kT0, s);
   }
   RepairPlan held = plan_repair(state, {kGpu0}, kT0, s);
   EXPECT_TRUE(held.grant.empty());
@@ -166,7 +165,7 @@ TEST(RepairPlanBudget, AnEmptyBucketHoldsRepairsBackAndReportsOnce) {
 
   RepairPlan next = plan_repair(state, {kGpu0}, kT0 + seconds(1), s);
   EXPECT_EQ(names(next.grant), std::vector<std::string>{"nvidia0"}) << "a token came";
-  (void)settle_grants(state, {{kGpu0, Status()}}, {kGpu0}, false, kT0 + seconds(1), s);
+  (void)settle_grants(state, {{kGpu0, Status()}}, kT0 + seconds(1), s);
   RepairPlan calm = plan_repair(state, {}, kT0 + seconds(60), s);
   EXPECT_TRUE(calm.report_unthrottled);
   EXPECT_FALSE(state.throttled);
@@ -174,33 +173,68 @@ TEST(RepairPlanBudget, AnEmptyBucketHoldsRepairsBackAndReportsOnce) {
 
 // ---- systemd persistence -------------------------------------------------------------
 
-TEST(RepairPlanSystemd, AGrantIsPersistedOnceForEverythingWantedAndNotWhileACallIsUnderWay) {
+TEST(RepairPlanSystemd, WhatTheUnitFilesLackIsPersistedBeforeAnyHarmOneCallAtATime) {
   RepairState state = fresh();
   const RepairSettings s = settings();
-  const std::vector<WantedDevice> wanted = {kGpu0, kCtl};
-  SettledGrants settled = settle_grants(state, {{kGpu0, Status()}}, wanted, /*persistable=*/true, kT0, s);
-  EXPECT_EQ(names(settled.persist), (std::vector<std::string>{"nvidia0", "nvidiactl"}));
+  const std::vector<WantedDevice> lacking = {kGpu0, kCtl};
+  PersistencePlan plan = plan_persistence(state, lacking, /*granted=*/{}, kT0, s);
+  EXPECT_EQ(names(plan.devices), (std::vector<std::string>{"nvidia0", "nvidiactl"})) << "nothing granted yet: prevention";
   persist_started(state, kT0, s);
   EXPECT_EQ(state.quiet_until, kT0 + seconds(5) + milliseconds(100))
       << "systemd's own re-apply is not drift while the call may run";
-  settled = settle_grants(state, {{kGpu0, Status()}}, wanted, true, kT0 + milliseconds(1), s);
-  EXPECT_TRUE(settled.persist.empty()) << "one call at a time";
+  EXPECT_TRUE(plan_persistence(state, lacking, {}, kT0 + milliseconds(1), s).devices.empty()) << "one call at a time";
 
-  persist_answered(state, wanted, /*ok=*/true, kT0 + milliseconds(3), s);
+  persist_answered(state, lacking, /*ok=*/true, kT0 + milliseconds(3), s);
   EXPECT_FALSE(state.persist_in_flight);
   EXPECT_EQ(state.quiet_until, kT0 + milliseconds(103));
-  settled = settle_grants(state, {{kGpu0, Status()}}, wanted, true, kT0 + seconds(1), s);
-  EXPECT_TRUE(settled.persist.empty()) << "already in DeviceAllow=";
+  EXPECT_TRUE(plan_persistence(state, std::vector<WantedDevice>{}, {kGpu0}, kT0 + seconds(1), s).devices.empty())
+      << "the unit files hold them: nothing to add";
 
-  RepairState other = fresh();
-  settled = settle_grants(other, {{kGpu0, Status()}}, wanted, /*persistable=*/false, kT0, s);
-  EXPECT_TRUE(settled.persist.empty()) << "cgroupfs driver: nothing to persist";
-  settled = settle_grants(other, {{kGpu0, errno_error(EPERM, "x")}}, wanted, true, kT0, s);
-  EXPECT_TRUE(settled.persist.empty()) << "nothing granted: nothing to persist";
-  persist_started(other, kT0, s);
-  persist_answered(other, wanted, /*ok=*/false, kT0 + milliseconds(3), s);
-  EXPECT_TRUE(other.persisted.empty());
-  EXPECT_FALSE(other.persist_in_flight);
+  RepairState failed = fresh();
+  persist_started(failed, kT0, s);
+  persist_answered(failed, lacking, /*ok=*/false, kT0 + milliseconds(3), s);
+  EXPECT_FALSE(failed.persist_in_flight);
+  EXPECT_EQ(names(plan_persistence(failed, lacking, {}, kT0 + milliseconds(4), s).devices),
+            (std::vector<std::string>{"nvidia0", "nvidiactl"}))
+      << "refused by systemd: asked again";
+}
+
+TEST(RepairPlanSystemd, AfterAReapplyResetDeviceAllowTheDevicesArePersistedAgain) {
+  // `runc update` with the systemd driver sets DeviceAllow= to the spec: the unit files lack
+  // the GPU again, however long ago systemd took it.
+  RepairState state = fresh();
+  const RepairSettings s = settings();
+  persist_started(state, kT0, s);
+  persist_answered(state, {kGpu0}, true, kT0 + milliseconds(3), s);
+  PersistencePlan again = plan_persistence(state, std::vector<WantedDevice>{kGpu0}, {kGpu0}, kT0 + seconds(5), s);
+  EXPECT_EQ(names(again.devices), std::vector<std::string>{"nvidia0"});
+
+  // Within persist_repeat of systemd taking them, the same devices wait (a scope whose unit
+  // files systemd.unit_dirs does not show would be asked at every look), with a retry.
+  PersistencePlan soon = plan_persistence(state, std::vector<WantedDevice>{kGpu0}, {}, kT0 + milliseconds(500), s);
+  EXPECT_TRUE(soon.devices.empty());
+  ASSERT_TRUE(soon.retry_at);
+  EXPECT_EQ(*soon.retry_at, kT0 + milliseconds(3) + s.persist_repeat);
+}
+
+TEST(RepairPlanSystemd, WithUnreadableUnitFilesWhatWasGrantedIsPersisted) {
+  RepairState state = fresh();
+  const RepairSettings s = settings();
+  EXPECT_TRUE(plan_persistence(state, std::nullopt, {}, kT0, s).devices.empty()) << "nothing known, nothing granted";
+  EXPECT_EQ(names(plan_persistence(state, std::nullopt, {kGpu0}, kT0, s).devices), std::vector<std::string>{"nvidia0"});
+}
+
+TEST(RepairPlanRaces, AGrantLostToAConcurrentAttachIsRetriedSoonNotBackedOff) {
+  RepairState state = fresh();
+  const RepairSettings s = settings();
+  (void)plan_repair(state, {kGpu0}, kT0, s);
+  SettledGrants settled = settle_grants(state, {{kGpu0, errno_error(EAGAIN, "denied again")}}, kT0, s);
+  EXPECT_TRUE(settled.report_refused.empty()) << "not a refusal";
+  EXPECT_TRUE(state.refused_until.empty());
+  ASSERT_TRUE(settled.retry_at);
+  EXPECT_EQ(*settled.retry_at, kT0 + s.raced_retry);
+  EXPECT_EQ(names(plan_repair(state, {kGpu0}, kT0 + s.raced_retry, s).grant), std::vector<std::string>{"nvidia0"})
+      << "asked again at once";
 }
 
 // ---- attribution ---------------------------------------------------------------------
@@ -293,13 +327,13 @@ TEST(RepairStep, ObservesPlansAndGrantsOnlyWhatIsMissing) {
   FakeDeviceAccess access;
   access.allowed["/c"] = {kCtl.dev};
   RepairState state = fresh();
-  RepairStep step = repair_once(access, state, "/c", desired({kGpu0, kCtl}), false, kT0, settings());
+  RepairStep step = repair_once(access, state, "/c", desired({kGpu0, kCtl}), kT0, settings());
   ASSERT_TRUE(step.observed);
   EXPECT_EQ(names(step.plan.drifted), std::vector<std::string>{"nvidia0"});
   ASSERT_TRUE(step.applied);
   EXPECT_EQ(names(step.settled.granted), std::vector<std::string>{"nvidia0"});
   EXPECT_EQ(access.allowed["/c"].size(), 2u);
-  RepairStep healthy = repair_once(access, state, "/c", desired({kGpu0, kCtl}), false, kT0 + seconds(1), settings());
+  RepairStep healthy = repair_once(access, state, "/c", desired({kGpu0, kCtl}), kT0 + seconds(1), settings());
   EXPECT_FALSE(healthy.applied) << "nothing missing: nothing touched";
   EXPECT_EQ(access.grants, 1);
 }
@@ -308,27 +342,27 @@ TEST(RepairStep, ObserveModeAndRefusalsAndGoneCgroups) {
   FakeDeviceAccess access;
   access.allowed["/c"] = {};
   RepairState observed = fresh();
-  RepairStep step = repair_once(access, observed, "/c", desired({kGpu0}), false, kT0, settings(Mode::kObserve));
+  RepairStep step = repair_once(access, observed, "/c", desired({kGpu0}), kT0, settings(Mode::kObserve));
   EXPECT_TRUE(step.plan.report_observed);
   EXPECT_EQ(access.grants, 0);
 
   access.refused = {kGpu0.dev};
   RepairState refused = fresh();
-  step = repair_once(access, refused, "/c", desired({kGpu0}), true, kT0, settings());
+  step = repair_once(access, refused, "/c", desired({kGpu0}), kT0, settings());
   EXPECT_EQ(step.settled.report_refused.size(), 1u);
-  EXPECT_TRUE(step.settled.persist.empty());
-  step = repair_once(access, refused, "/c", desired({kGpu0}), true, kT0 + seconds(1), settings());
+  EXPECT_TRUE(step.settled.granted.empty());
+  step = repair_once(access, refused, "/c", desired({kGpu0}), kT0 + seconds(1), settings());
   EXPECT_EQ(access.grants, 1) << "the back-off holds the refused grant";
 
   RepairState gone = fresh();
-  step = repair_once(access, gone, "/gone", desired({kGpu0}), false, kT0, settings());
+  step = repair_once(access, gone, "/gone", desired({kGpu0}), kT0, settings());
   EXPECT_TRUE(step.gone);
   EXPECT_FALSE(step.report_read_error);
 
   access.unreadable = {"/c"};
   RepairState unreadable = fresh();
-  EXPECT_TRUE(repair_once(access, unreadable, "/c", desired({kGpu0}), false, kT0, settings()).report_read_error);
-  EXPECT_FALSE(repair_once(access, unreadable, "/c", desired({kGpu0}), false, kT0, settings()).report_read_error)
+  EXPECT_TRUE(repair_once(access, unreadable, "/c", desired({kGpu0}), kT0, settings()).report_read_error);
+  EXPECT_FALSE(repair_once(access, unreadable, "/c", desired({kGpu0}), kT0, settings()).report_read_error)
       << "logged once while it lasts";
 }
 

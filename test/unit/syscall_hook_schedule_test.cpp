@@ -64,5 +64,14 @@ TEST(SyscallHookSchedule, AutoIsOnDriftUnlessRuleWritesNeedTheHook) {
   EXPECT_TRUE(old_kernel.update(false, t0).attached) << "without it no writer would ever be named";
 }
 
+TEST(SyscallHookSchedule, AutoIsAlwaysInObserveModeSoTheFirstDeniedOpensCount) {
+  SyscallHookSchedule observe(SyscallHookPolicy::kAuto, 30s, /*rule_writes_need_hook=*/false, /*observe=*/true);
+  const auto before_any_drift = observe.update(false, t0);
+  EXPECT_TRUE(before_any_drift.attached);
+  EXPECT_NE(std::string(before_any_drift.reason).find("observe mode"), std::string::npos) << before_any_drift.reason;
+  SyscallHookSchedule on_drift(SyscallHookPolicy::kOnDrift, 30s, false, /*observe=*/true);
+  EXPECT_FALSE(on_drift.update(false, t0).attached) << "an explicit policy is kept";
+}
+
 }  // namespace
 }  // namespace gdw

@@ -2,6 +2,7 @@
 // deadlines of calls to peers that never answer or hang up (plain unix sockets). What a
 // real systemd does with the call is in test/privileged/systemd_scope_test.cpp.
 #include "backend/systemd_scope.h"
+#include "service/systemd_persistence.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -127,8 +128,12 @@ TEST(SystemdClient, ACallToAPeerThatNeverAnswersEndsAtItsDeadline) {
 
 TEST(SystemdClient, TheBlockingCallIsBoundedToo) {
   MuteBus bus;
+  Config config;
+  config.systemd.bus_address = bus.address();
+  config.systemd.timeout = 300ms;
   const auto start = Clock::now();
-  auto status = add_device_allow_blocking(bus.address(), "cri-containerd-abc.scope", kGpu, 300ms);
+  // What `check --repair` uses (service/systemd_persistence.h).
+  auto status = SystemdPersistence::persist_blocking(config, "/sys/fs/cgroup/x/cri-containerd-abc.scope", kGpu);
   const auto took = Clock::now() - start;
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.error().message.find("no answer within 300 ms"), std::string::npos) << status.error().message;

@@ -19,34 +19,36 @@
 
 #include "core/config.h"
 #include "core/log_once.h"
-#include "kubeletapi/device_plugins.h"
-#include "kubeletapi/pod_resources.h"
 #include "kubeletapi/remediation.h"
-#include "metrics/metrics.h"
+#include "metrics/health_metrics.h"
 #include "node/node_model.h"
 #include "node/stale_remediation.h"
+#include "service/health_gatherer.h"
+#include "service/nvml_runner.h"
 #include "watch/event_loop.h"
 
 namespace gdw {
 
-// What the monitor needs from the daemon.
-struct NodeHealthHooks {
-  // Runs after a PodResources answer (or an inventory re-read of ours) changed what
-  // containers resolve to.
-  std::function<void()> on_allocations_changed;
-  // Starts a NVML query, even when no allocated MIG device is unmapped; false when none can
-  // start now (a failed one backs off). Its outcome comes to inventory_refreshed().
-  std::function<bool()> requery_nvml;
-  // The container cgroups the daemon discovered.
-  std::function<std::vector<RunningContainer>()> running_containers;
-  // Runs once, when the first PodResources call has an outcome (answer or error), after
-  // the containers were re-resolved against it.
-  std::function<void()> on_first_answers;
+// The container cgroups on the node, for the stale-checkpoint remediation's "never while a
+// running container holds a device it names" rule (the container fleet has them).
+class ContainerLister {
+ public:
+  virtual ~ContainerLister() = default;
+  virtual std::vector<RunningContainer> running_containers() const = 0;
+};
+
+// What the monitor tells its owner, when it happens on the loop.
+enum class HealthChange {
+  kAllocations,   // a PodResources answer (or an inventory re-read of ours) changed what containers resolve to
+  kFirstAnswers,  // the first PodResources call has an outcome (answer or error), once
 };
 
 class NodeHealthMonitor {
  public:
-  NodeHealthMonitor(const Config& config, EventLoop& loop, Metrics& metrics, NodeModel& node, NodeHealthHooks hooks);
+  // `nvml`: asked again (forced) when a stale verdict rests on MIG devices; its outcome
+  // comes back through inventory_refreshed(). `changed` runs on the loop, after the change.
+  NodeHealthMonitor(const Config& config, EventLoop& loop, Metrics& metrics, NodeModel& node,
+                    const ContainerLister& containers, NvmlRunner& nvml, std::function<void(HealthChange)> changed);
   ~NodeHealthMonitor();
   Status start();
   // The checkpoint or the inventory changed: judge staleness again (and remediate if asked).
@@ -57,12 +59,15 @@ class NodeHealthMonitor {
   // Whether the allocation records are in: the checkpoint (read at start) and, when
   // PodResources is used, its first outcome. Until then a GPU container only PodResources
   // names is not known as one (READY=1 waits for this).
-  bool first_answers_in() const { return !pod_resources_ || !pod_resources_timer_ || pod_resources_answered_; }
+  bool first_answers_in() const {
+    return !gatherer_ || !gatherer_->asks_pod_resources() || !pod_resources_timer_ || pod_resources_answered_;
+  }
 
  private:
   void poll_pod_resources();
   void on_pod_resources();
   void take_pod_resources(std::vector<PodResourcesContainer> containers);
+  void first_answer();
   void poll_plugins();
   void on_plugins();
   // `depth`: how often this judgement re-ran itself after a synchronous refresh.
@@ -75,18 +80,19 @@ class NodeHealthMonitor {
 
   const Config& config_;
   EventLoop& loop_;
-  Metrics& metrics_;
+  HealthMetrics metrics_;
   NodeModel& node_;
-  NodeHealthHooks hooks_;
+  const ContainerLister& containers_;
+  NvmlRunner& nvml_;
+  std::function<void(HealthChange)> changed_;
 
-  std::unique_ptr<PodResourcesClient> pod_resources_;
+  std::unique_ptr<HealthGatherer> gatherer_;
   EventSource pod_resources_io_;
   EventSource pod_resources_timer_;
   std::optional<std::string> pod_resources_state_;  // last logged: "ok" or the error kind
   bool pod_resources_answered_ = false;
   LogOncePer<std::string> disagreements_logged_;  // logged once each while they last
 
-  std::unique_ptr<DevicePluginProber> prober_;
   EventSource prober_io_;
   EventSource prober_timer_;
   std::map<std::string, bool> plugin_up_;  // socket → last state

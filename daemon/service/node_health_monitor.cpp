@@ -1,4 +1,4 @@
-#include "service/node_health.h"
+#include "service/node_health_monitor.h"
 
 #include <sys/epoll.h>
 
@@ -16,8 +16,6 @@ using std::chrono::microseconds;
 // wrong and restarting kubelet in a loop would only make it worse.
 constexpr auto kRemediationMinInterval = std::chrono::hours(1);
 
-double seconds(std::chrono::microseconds us) { return static_cast<double>(us.count()) / 1e6; }
-
 std::string join(const std::vector<std::string>& items) {
   std::string s;
   for (const auto& i : items) s += (s.empty() ? "" : ", ") + i;
@@ -27,28 +25,32 @@ std::string join(const std::vector<std::string>& items) {
 }  // namespace
 
 NodeHealthMonitor::NodeHealthMonitor(const Config& config, EventLoop& loop, Metrics& metrics, NodeModel& node,
-                                     NodeHealthHooks hooks)
-    : config_(config), loop_(loop), metrics_(metrics), node_(node), hooks_(std::move(hooks)) {}
+                                     const ContainerLister& containers, NvmlRunner& nvml,
+                                     std::function<void(HealthChange)> changed)
+    : config_(config),
+      loop_(loop),
+      metrics_(metrics),
+      node_(node),
+      containers_(containers),
+      nvml_(nvml),
+      changed_(std::move(changed)) {}
 
 NodeHealthMonitor::~NodeHealthMonitor() = default;
 
 Status NodeHealthMonitor::start() {
-  if (config_.kubelet.source != AllocationSource::kCheckpoint) {
-    auto client = PodResourcesClient::create({config_.kubelet.pod_resources_socket, config_.kubelet.pod_resources_timeout,
-                                              config_.kubelet.pod_resources_interval});
-    if (!client) return client.error();
-    pod_resources_ = std::move(*client);
-    auto io = loop_.add_io(pod_resources_->fd(), EPOLLIN, [this](std::uint32_t) { on_pod_resources(); }, "pod-resources");
+  auto gatherer = HealthGatherer::create(config_, config_.kubelet.pod_resources_interval);
+  if (!gatherer) return gatherer.error();
+  gatherer_ = std::move(*gatherer);
+  if (gatherer_->asks_pod_resources()) {
+    auto io = loop_.add_io(gatherer_->pod_resources_fd(), EPOLLIN, [this](std::uint32_t) { on_pod_resources(); },
+                           "pod-resources");
     if (!io) return io.error();
     pod_resources_io_ = std::move(*io);
     auto timer = loop_.add_timer([this] { poll_pod_resources(); }, "pod-resources-timer", microseconds(0));
     if (!timer) return timer.error();
     pod_resources_timer_ = std::move(*timer);
   }
-  auto prober = DevicePluginProber::create(config_.kubelet.device_plugins_dir, config_.kubelet.plugin_probe_timeout);
-  if (!prober) return prober.error();
-  prober_ = std::move(*prober);
-  auto io = loop_.add_io(prober_->fd(), EPOLLIN, [this](std::uint32_t) { on_plugins(); }, "device-plugins");
+  auto io = loop_.add_io(gatherer_->plugins_fd(), EPOLLIN, [this](std::uint32_t) { on_plugins(); }, "device-plugins");
   if (!io) return io.error();
   prober_io_ = std::move(*io);
   auto timer = loop_.add_timer([this] { poll_plugins(); }, "device-plugins-timer", microseconds(0));
@@ -57,38 +59,34 @@ Status NodeHealthMonitor::start() {
   return {};
 }
 
+void NodeHealthMonitor::first_answer() {
+  if (pod_resources_answered_) return;
+  pod_resources_answered_ = true;
+  changed_(HealthChange::kFirstAnswers);
+}
+
 void NodeHealthMonitor::poll_pod_resources() {
-  if (!pod_resources_->busy()) {
-    if (auto s = pod_resources_->start_list(); !s) {
-      log::debug("PodResources: " + s.error().message);
-      // No call, no outcome to wait for: the checkpoint is all there is for now.
-      if (!pod_resources_answered_) {
-        pod_resources_answered_ = true;
-        if (hooks_.on_first_answers) hooks_.on_first_answers();
-      }
-    }
+  if (auto s = gatherer_->ask_pod_resources(); !s) {
+    log::debug("PodResources: " + s.error().message);
+    // No call, no outcome to wait for: the checkpoint is all there is for now.
+    first_answer();
   }
   (void)pod_resources_timer_.arm(duration_cast<microseconds>(config_.kubelet.pod_resources_interval));
 }
 
 void NodeHealthMonitor::on_pod_resources() {
-  auto outcome = pod_resources_->take();
-  if (!outcome) return;
-  const std::string state = outcome->ok() ? "ok" : to_string(outcome->error->kind);
-  metrics_.pod_resources_call(state, seconds(outcome->latency));
-  if (state != pod_resources_state_) {
-    if (outcome->ok()) {
-      log::info("PodResources API answers (" + std::to_string(outcome->containers.size()) + " containers)");
-    } else {
-      log::warn("PodResources API: " + outcome->error->message + "; keeping the last good record");
-    }
-    pod_resources_state_ = state;
+  auto reading = gatherer_->take_pod_resources();
+  if (!reading) return;
+  metrics_.pod_resources_call(reading->state, reading->latency_seconds);
+  if (reading->state != pod_resources_state_) {
+    if (reading->ok)
+      log::info("PodResources API answers (" + std::to_string(reading->containers.size()) + " containers)");
+    else
+      log::warn("PodResources API: " + reading->message + "; keeping the last good record");
+    pod_resources_state_ = reading->state;
   }
-  if (outcome->ok()) take_pod_resources(std::move(outcome->containers));
-  if (!pod_resources_answered_) {
-    pod_resources_answered_ = true;
-    if (hooks_.on_first_answers) hooks_.on_first_answers();
-  }
+  if (reading->ok) take_pod_resources(std::move(reading->containers));
+  first_answer();
 }
 
 void NodeHealthMonitor::take_pod_resources(std::vector<PodResourcesContainer> containers) {
@@ -98,23 +96,21 @@ void NodeHealthMonitor::take_pod_resources(std::vector<PodResourcesContainer> co
   std::set<std::string> now;
   for (const auto& d : merged.disagreements) now.insert(describe(d));
   for (const auto& text : disagreements_logged_.still(now)) log::warn("checkpoint and PodResources disagree: " + text);
-  hooks_.on_allocations_changed();
+  changed_(HealthChange::kAllocations);
 }
 
 void NodeHealthMonitor::poll_plugins() {
-  if (!prober_->busy()) {
-    if (auto s = prober_->start(); !s) log::debug("device plugins: " + s.error().message);
-  }
+  if (auto s = gatherer_->ask_plugins(); !s) log::debug("device plugins: " + s.error().message);
   (void)prober_timer_.arm(duration_cast<microseconds>(config_.kubelet.plugin_probe_interval));
 }
 
 void NodeHealthMonitor::on_plugins() {
-  auto round = prober_->take();
+  auto round = gatherer_->take_plugins();
   if (!round) return;
   std::map<std::string, bool> now;
   for (const auto& p : *round) {
     now[p.socket] = p.up;
-    metrics_.set_device_plugin(p.socket, p.up, seconds(p.latency));
+    metrics_.set_device_plugin(p.socket, p.up, static_cast<double>(p.latency.count()) / 1e6);
     auto before = plugin_up_.find(p.socket);
     if (before == plugin_up_.end() || before->second != p.up) {
       if (p.up) {
@@ -175,10 +171,9 @@ void NodeHealthMonitor::judge(int depth) {
   in.now = std::chrono::steady_clock::now();
   in.confirm_after = config_.kubelet.stale_confirm_after;
   // Only worth reading the cgroups when nothing else holds the remediation back.
-  if (in.stale && in.enabled && in.inventory_fresh && in.stale_since && in.now - *in.stale_since >= in.confirm_after &&
-      hooks_.running_containers) {
+  if (in.stale && in.enabled && in.inventory_fresh && in.stale_since && in.now - *in.stale_since >= in.confirm_after) {
     in.holders = checkpoint_device_holders(node_.checkpoint().checkpoint, config_.devices.resources,
-                                           hooks_.running_containers());
+                                           containers_.running_containers());
   }
   const RemediationDecision decision = decide_remediation(in);
   if (decision.action == RemediationAction::kRefreshInventory) {
@@ -201,7 +196,7 @@ void NodeHealthMonitor::request_refresh(const StaleCheckpointReport& report) {
     watch_.fresh = true;
     return;
   }
-  watch_.refresh_pending = hooks_.requery_nvml && hooks_.requery_nvml();
+  watch_.refresh_pending = nvml_.running() || nvml_.start(config_);
   if (!watch_.refresh_pending) watch_.refresh_failed = true;
 }
 
@@ -270,7 +265,7 @@ void NodeHealthMonitor::arm_recheck(std::chrono::steady_clock::time_point at) {
   if (!recheck_timer_) {
     auto t = loop_.add_timer([this] {
       judge();
-      hooks_.on_allocations_changed();  // the inventory may have been read again
+      changed_(HealthChange::kAllocations);  // the inventory may have been read again
     }, "stale-checkpoint-recheck");
     if (!t) {
       log::error("cannot create the stale-checkpoint timer: " + t.error().message);

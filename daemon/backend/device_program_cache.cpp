@@ -1,0 +1,100 @@
+#include "backend/device_program_cache.h"
+
+#include <bpf/bpf.h>
+#include <linux/bpf.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "backend/device_programs_v2_kernel.h"
+
+namespace gdw {
+namespace {
+
+int load_program(const BpfCode& code, std::string* log) {
+  struct bpf_prog_load_opts opts {};
+  opts.sz = sizeof(opts);
+  opts.expected_attach_type = BPF_CGROUP_DEVICE;
+  if (log) {
+    opts.log_level = 1;
+    opts.log_buf = log->data();
+    opts.log_size = static_cast<std::uint32_t>(log->size());
+  }
+  return bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, kOurProgramName, "GPL", code.data(),
+                       static_cast<std::size_t>(code.size()), &opts);
+}
+
+Result<int> load_wrapper(const BpfCode& code, const std::string& dir, std::uint32_t old_id) {
+  const int fd = load_program(code, nullptr);
+  if (fd >= 0) return fd;
+  const int err = errno;
+  // Load again with the verifier's log, only to say why.
+  std::string log(64 * 1024, '\0');
+  if (const int again = load_program(code, &log); again >= 0) return again;
+  std::string verifier(log.c_str());
+  if (verifier.size() > 600) verifier = "..." + verifier.substr(verifier.size() - 600);
+  return Error{"loading the device program wrapping program " + std::to_string(old_id) + " of " + dir + " (" +
+               std::to_string(code.size()) + " instructions): " + v2_kernel::errno_text(err) +
+               (verifier.empty() ? "" : " (verifier: " + verifier + ")")};
+}
+
+// The cache key of a wrapper: the devices it adds and the code it wraps, as bytes.
+std::string wrapper_key(const std::vector<WantedDevice>& added, const BpfCode& inner) {
+  std::string key;
+  key.reserve(added.size() * 16 + inner.size() * sizeof(bpf_insn));
+  for (const auto& d : added) {
+    const std::uint32_t fields[] = {static_cast<std::uint32_t>(d.dev.type), d.dev.major, d.dev.minor, d.access};
+    key.append(reinterpret_cast<const char*>(fields), sizeof(fields));
+  }
+  key.push_back('|');
+  key.append(reinterpret_cast<const char*>(inner.data()), inner.size() * sizeof(bpf_insn));
+  return key;
+}
+
+}  // namespace
+
+template <class Key, class Value>
+Value* DeviceProgramCache::Lru<Key, Value>::find(const Key& key) {
+  auto it = index.find(key);
+  if (it == index.end()) return nullptr;
+  order.splice(order.begin(), order, it->second);
+  return &it->second->second;
+}
+
+template <class Key, class Value>
+std::vector<Value> DeviceProgramCache::Lru<Key, Value>::add(Key key, Value value, std::size_t max) {
+  order.emplace_front(key, std::move(value));
+  index[std::move(key)] = order.begin();
+  std::vector<Value> out;
+  while (index.size() > max) {
+    index.erase(order.back().first);
+    out.push_back(std::move(order.back().second));
+    order.pop_back();
+  }
+  return out;
+}
+
+DeviceProgramCache::~DeviceProgramCache() {
+  for (const auto& [key, fd] : wrappers_.order) ::close(fd);
+}
+
+std::optional<AttachedDeviceProgram> DeviceProgramCache::describe(std::uint32_t id) {
+  if (const AttachedDeviceProgram* known = programs_.find(id)) return *known;
+  auto read = v2_kernel::read_program(id);
+  if (read) programs_.add(id, *read, max_programs_);
+  return read;
+}
+
+Result<int> DeviceProgramCache::wrapper(const std::vector<WantedDevice>& added, const BpfCode& inner,
+                                        const std::string& dir, std::uint32_t old_id) {
+  std::string key = wrapper_key(added, inner);
+  if (const int* fd = wrappers_.find(key)) return *fd;
+  auto loaded = load_wrapper(wrap_device_program(added, inner), dir, old_id);
+  if (!loaded) return loaded.error();
+  ++wrapper_loads_;
+  for (int dropped : wrappers_.add(std::move(key), *loaded, max_wrappers_)) ::close(dropped);
+  return *loaded;
+}
+
+}  // namespace gdw

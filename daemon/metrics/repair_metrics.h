@@ -1,0 +1,30 @@
+// The repair loop's metrics: drift found, grants written, how long repairs took, the
+// fight-loop guard, device programs replaced.
+// A view on the one Metrics registry (metrics.h): cheap to copy, valid while it lives.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "metrics/container_labels.h"
+
+namespace gdw {
+
+class Metrics;
+
+class RepairMetrics {
+ public:
+  explicit RepairMetrics(Metrics& metrics) : m_(&metrics) {}
+
+  void drift(const ContainerLabels& c, const std::string& device);
+  void regrant(bool success, const std::string& method, std::size_t count = 1);  // method: cgroupfs | bpf | systemd
+  void repair_duration(double seconds);
+  void throttled(const ContainerLabels& c);
+  // cgroup v2: device programs our repairs replaced or detached.
+  void programs_replaced(std::size_t n);
+
+ private:
+  Metrics* m_;
+};
+
+}  // namespace gdw

@@ -1,0 +1,512 @@
+#include "service/container_fleet.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <set>
+#include <string_view>
+#include <unordered_set>
+
+#include "log/log.h"
+#include "service/arm_timer.h"
+
+namespace gdw {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::microseconds;
+
+// After a container cgroup appears, its bundle should already exist; if not (a runtime
+// that writes config.json late), look again a few times before leaving it to the resync.
+constexpr Clock::duration kIdentifyRetry[] = {std::chrono::milliseconds(10), std::chrono::milliseconds(100),
+                                              std::chrono::milliseconds(1000), std::chrono::milliseconds(5000)};
+// Long enough to cover a node-wide re-apply storm's batches, short against a scrape.
+constexpr auto kGaugeDelay = std::chrono::milliseconds(10);
+// cgroup v2 without the syscall hook: after a device program load (its attach follows from
+// the same process, normally within microseconds), the GPU containers' programs are re-read
+// at these delays after the latest load; program_query_interval stays the fallback.
+constexpr Clock::duration kProgramSweep[] = {std::chrono::milliseconds(1), std::chrono::milliseconds(10),
+                                             std::chrono::milliseconds(100), std::chrono::seconds(1)};
+
+// Whether a cgroup has a process in it: the first bytes of cgroup.procs (cgroupfs, never
+// blocking). An unreadable file counts as occupied: in doubt the remediation waits.
+bool has_processes(const std::string& cgroup_dir) {
+  const int fd = ::open((cgroup_dir + "/cgroup.procs").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno != ENOENT;
+  char buf[32];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  return n != 0;
+}
+
+bool under(const std::string& path, const std::string& dir) { return path == dir || path.rfind(dir + "/", 0) == 0; }
+
+NodeMetrics::ExposedDevices exposure_counts(const Exposure& exposure) {
+  NodeMetrics::ExposedDevices n;
+  for (const auto& e : exposure.exposed) {
+    n.runtime += e.spec;
+    n.systemd += e.device_allow;
+  }
+  return n;
+}
+
+}  // namespace
+
+ContainerFleet::ContainerFleet(const Config& config, RepairSettings settings, EventLoop& loop, Metrics& metrics,
+                               NodeModel& node)
+    : config_(config),
+      settings_(settings),
+      loop_(loop),
+      node_metrics_(metrics),
+      daemon_metrics_(metrics),
+      node_(node),
+      watches_(daemon_metrics_),
+      attribution_(containers_, ProbeMetrics(metrics)),
+      probe_(config, loop, containers_, metrics, attribution_),
+      repair_(config, settings_, loop, containers_, metrics, attribution_),
+      persistence_(config, loop.native(),
+                   [this] {
+                     // A reload re-applied every scope's device policy (v1: deny `a` and its
+                     // list; v2: a new ANDed program): look at every GPU container.
+                     check_gpu_containers();
+                     update_gauges();
+                   }),
+      gauges_(node_metrics_) {}
+
+ContainerFleet::~ContainerFleet() {
+  for (auto& [dir, w] : containers_) {
+    node_metrics_.forget(w.labels);
+    if (w.is_gpu()) probe_.unwatch(w);
+  }
+}
+
+Status ContainerFleet::start() {
+  if (auto s = watches_.start(); !s) return s;
+  // Highest priority: repairs are what the daemon is for.
+  auto src = loop_.add_io(watches_.fd(), EPOLLIN, [this](std::uint32_t) { on_container_events(); }, "inotify", -10);
+  if (!src) return src.error();
+  watches_source_ = std::move(*src);
+  if (auto s = start_timers(); !s) return s;
+  apply_probe_config();
+  return {};
+}
+
+Status ContainerFleet::start_timers() {
+  // Device programs: a link released by its holder's exit makes no bpf() call the probe
+  // could see.
+  auto query = loop_.add_timer([this] {
+    if (access_ && access_->policy_in_programs()) {
+      check_gpu_containers();
+      update_gauges();
+    }
+    arm_timer(program_query_timer_, config_.daemon.program_query_interval, "program-query", daemon_metrics_);
+  }, "program-query", duration_cast<microseconds>(config_.daemon.program_query_interval));
+  if (!query) return query.error();
+  program_query_timer_ = std::move(*query);
+  auto gauges = loop_.add_timer([this] { update_gauges(); }, "gauges");
+  if (!gauges) return gauges.error();
+  gauge_timer_ = std::move(*gauges);
+  return {};
+}
+
+void ContainerFleet::apply_probe_config() {
+  probe_.apply_config();
+  repair_.set_reporting(events_, probe_.loaded());
+  read_probe_on_loop();
+}
+
+void ContainerFleet::read_probe_on_loop() {
+  probe_source_ = EventSource();
+  if (!probe_.loaded()) return;
+  auto src = loop_.add_io(probe_.fd(), EPOLLIN, [this](std::uint32_t) { on_probe_records(); }, "probe",
+                          ProbeLink::kReadPriority);
+  if (!src) {
+    log::warn("eBPF probe records are not read: " + src.error().message);
+    return;
+  }
+  probe_source_ = std::move(*src);
+}
+
+void ContainerFleet::set_reporting(kube::EventReporter* events) {
+  events_ = events;
+  repair_.set_reporting(events_, probe_.loaded());
+}
+
+void ContainerFleet::set_access(std::unique_ptr<DeviceAccess> access) {
+  access_ = std::move(access);
+  // cgroup_mkdir reports hierarchies by id (cgroup2: 0; a v1 controller's from
+  // <devices.proc_root>/cgroups). Without it, inotify alone finds new containers.
+  tree_hierarchy_id_.reset();
+  if (auto id = access_->hierarchy_id(config_.devices.proc_root))
+    tree_hierarchy_id_ = *id;
+  else
+    log::warn(id.error().message + "; new containers are found by inotify alone");
+}
+
+void ContainerFleet::sync(const KubepodsTree& tree) {
+  watches_.watch_tree_dir(node_.kubepods().dir());
+  for (const auto& dir : tree.parent_dirs) watches_.watch_tree_dir(dir);
+  // Hashed views of the tree's own strings: 500 long paths with long common prefixes are
+  // costly to copy and to order.
+  std::unordered_set<std::string_view> present;
+  present.reserve(tree.containers.size());
+  for (const auto& cg : tree.containers) {
+    present.insert(cg.cgroup_dir);
+    upsert(cg, /*check_new=*/false);  // all checked below
+  }
+  for (const auto& dir : containers_.dirs([&](const WatchedContainer& w) { return !present.count(w.cgroup.cgroup_dir); }))
+    remove(dir);
+  synced_ = true;
+  check_gpu_containers();
+  update_gauges();
+}
+
+void ContainerFleet::on_container_events() {
+  ContainerEvents events = watches_.read();
+  const auto trigger = Clock::now();
+  // A revoking write's probe record is taken at its permission check, so it is already
+  // waiting: read what waits first (at most one budget) so the repair names the writer.
+  act(probe_.drain(access_ && access_->policy_in_programs()));
+  if (events.overflow) {
+    log::warn("inotify queue overflowed; scanning the kubepods tree again");
+    const auto start = Clock::now();
+    sync(node_.scan());
+    daemon_metrics_.resync("overflow", std::chrono::duration<double>(Clock::now() - start).count());
+    return;
+  }
+  std::vector<std::string> dirs = std::move(events.rule_write_dirs);
+  for (const auto& parent : events.parent_denies)
+    for (const auto& [dir, w] : containers_)
+      if (dir.rfind(parent + "/", 0) == 0) dirs.push_back(dir);
+  for (const auto& change : events.tree) {
+    if (change.created)
+      dir_created(change.path);
+    else
+      tree_dir_removed(change.path);
+  }
+  std::sort(dirs.begin(), dirs.end());
+  dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
+  // A storm's revoke-and-repair leaves every count as it was: no O(N) gauge walk for it.
+  const bool moved = check_ids(trigger, events.rule_writes);
+  if (check_dirs(trigger, dirs) || moved || !events.only_rule_writes()) gauges_changed();
+}
+
+void ContainerFleet::on_probe_records() { act(probe_.drain(access_ && access_->policy_in_programs())); }
+
+void ContainerFleet::act(ProbeBatch batch) {
+  for (std::uint64_t id : batch.named)
+    if (WatchedContainer* w = containers_.by_cgroup_id(id)) repair_.revocation_named(*w);
+  for (const auto& change : batch.program_changes) {
+    // Named only if the change leaves wanted devices denied.
+    if (WatchedContainer* w = containers_.by_cgroup_id(change.cgroup_id)) check(*w, Clock::now(), &change.cause);
+  }
+  if (!batch.program_changes.empty()) gauges_changed();
+  for (const auto& created : batch.created) {
+    // A faster trigger than inotify for new containers (which stays the fallback).
+    if (access_ && tree_hierarchy_id_ == created.hierarchy_id)
+      dir_created(node_.kubepods().hierarchy_root + created.path);
+  }
+  if (batch.program_loaded) {
+    if (!program_sweep_timer_) {
+      auto t = loop_.add_timer([this] { sweep_programs(); }, "program-sweep");
+      if (!t) return;
+      program_sweep_timer_ = std::move(*t);
+    }
+    program_sweep_step_ = 0;
+    arm_timer(program_sweep_timer_, kProgramSweep[0], "program-sweep", daemon_metrics_);
+  }
+}
+
+void ContainerFleet::sweep_programs() {
+  if (!access_ || !access_->policy_in_programs()) return;
+  const Revocation* cause = attribution_.program_loader(Clock::now());
+  for (const auto& dir : containers_.dirs([](const WatchedContainer& w) { return w.is_gpu(); }))
+    if (WatchedContainer* w = containers_.find(dir)) check(*w, Clock::now(), cause);
+  update_gauges();
+  if (++program_sweep_step_ < std::size(kProgramSweep))
+    arm_timer(program_sweep_timer_, kProgramSweep[program_sweep_step_] - kProgramSweep[program_sweep_step_ - 1],
+              "program-sweep", daemon_metrics_);
+}
+
+void ContainerFleet::upsert(const DiscoveredContainer& cg, bool check_new) {
+  auto [w, inserted] = containers_.upsert(cg, config_);
+  if (inserted) {
+    struct stat st{};
+    if (::stat(cg.cgroup_dir.c_str(), &st) == 0) {
+      // Known by its cgroup id from now on: a write to it is kept for attribution even
+      // before it is known as a GPU container (attribution.cpp).
+      containers_.set_cgroup_id(w, st.st_ino);
+      // "Pods stuck before allocation": containers keep starting while the checkpoint
+      // (written at every allocation) does not move.
+      const double started = static_cast<double>(st.st_ctim.tv_sec) + st.st_ctim.tv_nsec / 1e9;
+      if (started > newest_container_start_) {
+        newest_container_start_ = started;
+        node_metrics_.set_newest_container_start(started);
+      }
+    }
+  }
+  resolve(w, /*force=*/false);
+  if (inserted && w.target.kind == TargetKind::kUnidentified && node_.allocations().pod_has_devices(cg.pod.pod_uid))
+    schedule_retry(w, kIdentifyRetry[0], Clock::now());
+  // A container seen for the first time is checked at once (seed 001: created without
+  // nvidia-uvm in its spec). Its watches exist already, so no later write is missed.
+  if (inserted && synced_ && w.is_gpu() && check_new) check(w, Clock::now());
+}
+
+void ContainerFleet::resolve(WatchedContainer& w, bool force) {
+  if (!force && w.resolved_generation == node_.generation()) return;
+  apply_target(w, node_.resolve(w.cgroup));
+  w.resolved_generation = node_.generation();
+}
+
+void ContainerFleet::apply_target(WatchedContainer& w, ContainerTarget target) {
+  const bool was_gpu = w.is_gpu();
+  w.target = std::move(target);
+  if (w.target.identity) {
+    ContainerLabels labels{w.target.identity->pod_namespace, w.target.identity->pod_name,
+                           w.target.identity->container_name};
+    if (labels != w.labels && !w.labels.pod.empty()) node_metrics_.forget(w.labels);
+    w.labels = labels;
+  }
+  const bool is_gpu = w.is_gpu();
+  if (is_gpu && w.cgroup_id == 0) {
+    struct stat st{};
+    if (::stat(w.cgroup.cgroup_dir.c_str(), &st) == 0) containers_.set_cgroup_id(w, st.st_ino);
+  }
+  if (is_gpu) probe_.watch(w);
+  if (is_gpu && !w.watching) {
+    start_watching(w);
+  } else if (!is_gpu && was_gpu) {
+    stop_watching(w);
+  }
+  // Exposure and env-only GPUs (node/exposure.h, core/env_visible.h): per resolve, not per repair.
+  if (w.target.identity)
+    node_metrics_.set_container_exposure(w.labels, is_gpu ? std::optional(exposure_counts(w.target.exposure)) : std::nullopt,
+                                         w.target.env_visible && !w.target.env_visible->device_ids.empty());
+  // cgroup v2, systemd driver: a daemon-reload attaches a program built from DeviceAllow=
+  // alone, ANDed with the rest: what it lacks is denied from that moment until a repair.
+  // Added before any harm, the reload keeps it. (On v1 every reload briefly denies
+  // everything anyway; there the grant is persisted after a repair.)
+  if (is_gpu && access_ && access_->policy_in_programs()) persist(w);
+}
+
+void ContainerFleet::start_watching(WatchedContainer& w) {
+  // Every rule write shows up on the rule files where the policy is in files; device
+  // programs have none: the probe's program events, systemd's Reloading and the program
+  // query timer stand in.
+  watches_.watch_rule_files(w, access_->rule_files());
+  log::info("watching GPU container (" + access_->description() + "), wants " + device_names(w.target.desired.wanted),
+            w.log_fields());
+  for (const auto& u : w.target.desired.unresolved)
+    log::warn("allocated device not found on this node: " + u, w.log_fields());
+  w.watching = true;
+}
+
+void ContainerFleet::stop_watching(WatchedContainer& w) {
+  probe_.unwatch(w);
+  watches_.unwatch(w);
+  w.repair.missing.clear();
+  access_->forget(w.cgroup.cgroup_dir);
+  w.watching = false;
+  node_metrics_.forget(w.labels);
+}
+
+void ContainerFleet::remove(const std::string& cgroup_dir) {
+  WatchedContainer* w = containers_.find(cgroup_dir);
+  if (!w) return;
+  watches_.unwatch(*w);
+  if (access_) access_->forget(cgroup_dir);
+  if (w->is_gpu()) {
+    probe_.unwatch(*w);
+    log::info("GPU container gone", w->log_fields());
+  }
+  node_metrics_.forget(w->labels);
+  node_.bundles().forget(w->cgroup.leaf.container_id);
+  containers_.erase(cgroup_dir);
+}
+
+void ContainerFleet::reresolve_all() {
+  std::set<std::string> changed;
+  for (auto& [dir, w] : containers_) {
+    const bool was_gpu = w.is_gpu();
+    const auto wanted_before = w.target.desired.wanted;
+    resolve(w, /*force=*/false);
+    if (w.is_gpu() && (!was_gpu || wanted_before != w.target.desired.wanted)) changed.insert(dir);
+  }
+  check_dirs(Clock::now(), std::vector<std::string>(changed.begin(), changed.end()));
+  update_gauges();
+}
+
+void ContainerFleet::check_gpu_containers() {
+  check_dirs(Clock::now(), containers_.dirs([](const WatchedContainer& w) { return w.is_gpu(); }));
+}
+
+bool ContainerFleet::check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs) {
+  bool moved = false;
+  // A check may drop a container whose cgroup vanished: each is looked up by name.
+  for (const auto& dir : dirs)
+    if (WatchedContainer* w = containers_.find(dir)) moved |= check(*w, trigger);
+  return moved;
+}
+
+bool ContainerFleet::check_ids(Clock::time_point trigger, const std::vector<std::uint64_t>& cgroup_ids) {
+  bool moved = false;
+  for (std::uint64_t id : cgroup_ids)
+    if (WatchedContainer* w = containers_.by_cgroup_id(id)) moved |= check(*w, trigger);
+  return moved;
+}
+
+bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const Revocation* cause) {
+  if (!access_ || !w.is_gpu()) return false;
+  const auto before = w.gauge_inputs();
+  CheckOutcome outcome = repair_.check(*access_, w, trigger, cause);
+  if (outcome.gone) {
+    remove(w.cgroup.cgroup_dir);
+    return true;
+  }
+  if (outcome.retry_at) schedule_retry(w, *outcome.retry_at - Clock::now(), trigger);
+  if (!outcome.granted.empty()) {
+    // The re-apply that revoked may have rewritten the scope's DeviceAllow= too (`runc
+    // update` resets it to the spec): its unit files are read again before persisting.
+    resolve(w, /*force=*/true);
+    persist(w, outcome.granted);
+  }
+  // While `w` misses devices someone else's grant ends the drift: watched only then.
+  watches_.watch_restoring_files(w, access_->restoring_rule_files());
+  return w.gauge_inputs() != before;
+}
+
+void ContainerFleet::schedule_retry(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger) {
+  if (w.pending_since == Clock::time_point{} || trigger < w.pending_since) w.pending_since = trigger;
+  if (!w.retry) {
+    const std::string dir = w.cgroup.cgroup_dir;
+    auto t = loop_.add_timer([this, dir] { on_retry(dir); }, "retry");
+    if (!t) return;
+    w.retry = std::move(*t);
+  }
+  // One timer per container, armed for the earliest moment anything is owed.
+  const auto at = Clock::now() + delay;
+  if (!w.retry.armed() || at < w.retry_at) {
+    w.retry_at = at;
+    arm_timer(w.retry, duration_cast<microseconds>(delay) + microseconds(1), "retry", daemon_metrics_);
+  }
+}
+
+void ContainerFleet::on_retry(const std::string& dir) {
+  WatchedContainer* c = containers_.find(dir);
+  if (!c) return;
+  const auto since = c->pending_since;
+  c->pending_since = {};
+  if (c->target.kind == TargetKind::kUnidentified) {
+    resolve(*c, /*force=*/true);  // its bundle may have appeared on disk since
+    if (c->target.kind == TargetKind::kUnidentified) {
+      if (++c->identify_attempts < static_cast<int>(std::size(kIdentifyRetry)))
+        schedule_retry(*c, kIdentifyRetry[c->identify_attempts], since);
+      update_gauges();
+      return;
+    }
+  }
+  check(*c, since);
+  // A persistence the repeat guard held back (PersistencePlan::retry_at); the check may
+  // have dropped the container.
+  if (WatchedContainer* still = containers_.find(dir)) persist(*still);
+  gauges_changed();
+}
+
+void ContainerFleet::persist(WatchedContainer& w, const std::vector<WantedDevice>& granted) {
+  // After a grant: the direct grant already restored access (microseconds); asking systemd
+  // first would leave the container without its GPU for a D-Bus round trip, or for the
+  // whole reload systemd may be busy with. Before any harm (its unit files lack devices):
+  // systemd's next re-apply then keeps them, and there is nothing to repair.
+  if (!persist_in_scope(w.target)) return;
+  PersistencePlan plan =
+      plan_persistence(w.repair, device_allow_lacks(w.target.exposure), granted, Clock::now(), settings_);
+  if (plan.retry_at) schedule_retry(w, *plan.retry_at - Clock::now(), Clock::now());
+  if (plan.devices.empty()) return;
+  const std::vector<WantedDevice>& devices = plan.devices;
+  const std::string dir = w.cgroup.cgroup_dir;
+  auto started = persistence_.persist(dir, devices, [this, dir, devices](const std::string& unit, Status outcome) {
+    on_persisted(dir, devices, unit, outcome);
+  });
+  if (!started)
+    log::warn(started.error().message, w.log_fields());
+  else if (*started)
+    repair_.persist_started(w);
+}
+
+void ContainerFleet::on_persisted(const std::string& dir, const std::vector<WantedDevice>& devices,
+                                  const std::string& unit, const Status& outcome) {
+  WatchedContainer* w = containers_.find(dir);
+  if (!w) return;
+  repair_.persist_answered(*w, devices, unit, outcome);
+  if (!outcome) return;
+  // Its DeviceAllow= changed (exposure), and the kernel state systemd left is verified:
+  // anything still missing is granted directly.
+  resolve(*w, /*force=*/true);
+  check(*w, Clock::now());
+  gauges_changed();
+}
+
+void ContainerFleet::bundle_appeared(const std::string& container_id) {
+  for (auto& [dir, w] : containers_) {
+    if (w.target.kind == TargetKind::kUnidentified && w.cgroup.leaf.container_id == container_id) {
+      w.identify_attempts = 0;
+      schedule_retry(w, kIdentifyRetry[0], Clock::now());
+    }
+  }
+}
+
+void ContainerFleet::dir_created(const std::string& path) {
+  auto kind = classify_cgroup_dir(node_.kubepods(), path);
+  if (!kind) return;
+  if (kind->level == CgroupDirKind::kContainer) {
+    upsert(*kind->container, /*check_new=*/true);
+    return;
+  }
+  // A QoS or pod cgroup: watch it first, then look at what was created before the watch.
+  watches_.watch_tree_dir(path);
+  KubepodsTree tree = node_.scan();
+  for (const auto& d : tree.parent_dirs)
+    if (d.rfind(path + "/", 0) == 0) watches_.watch_tree_dir(d);
+  for (const auto& cg : tree.containers)
+    if (cg.cgroup_dir.rfind(path + "/", 0) == 0 && !containers_.contains(cg.cgroup_dir)) upsert(cg, true);
+}
+
+void ContainerFleet::tree_dir_removed(const std::string& path) {
+  node_.tree_dir_removed(path);
+  for (const auto& d : containers_.dirs([&](const WatchedContainer& w) { return under(w.cgroup.cgroup_dir, path); }))
+    remove(d);
+}
+
+void ContainerFleet::gauges_changed() {
+  if (!gauge_timer_.armed()) arm_timer(gauge_timer_, kGaugeDelay, "gauges", daemon_metrics_);
+}
+
+void ContainerFleet::update_gauges() {
+  const GaugeCounts counts = count_gauges(containers_, node_.merged(), node_.allocations());
+  gauges_.report(counts, node_, access_ && access_->policy_in_programs());
+  probe_.maintain_syscall_hook(counts.missing > 0);
+}
+
+std::vector<RunningContainer> ContainerFleet::running_containers() const {
+  std::vector<RunningContainer> running;
+  for (const auto& [dir, w] : containers_) {
+    RunningContainer c;
+    c.pod_uid = w.cgroup.pod.pod_uid;  // the cgroup path's: the kernel enforces it
+    if (w.target.identity && !w.target.identity_conflict) c.container_name = w.target.identity->container_name;
+    c.has_processes = has_processes(dir);
+    running.push_back(std::move(c));
+  }
+  return running;
+}
+
+std::size_t ContainerFleet::gpu_containers() const {
+  std::size_t n = 0;
+  for (const auto& [dir, w] : containers_) n += w.is_gpu();
+  return n;
+}
+
+}  // namespace gdw

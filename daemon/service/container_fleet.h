@@ -1,0 +1,134 @@
+// The container fleet: the one place that answers "which containers are there and what do
+// they need". It owns the container table and each container's life cycle (appear, resolve
+// who it is and what it must have, watch, check, retry, go), the triggers that concern
+// containers (the kubepods tree and rule files on its own inotify queue, the eBPF probe's
+// records, systemd's reloads, the device program query timer) and the parts a check runs
+// through: the repair loop (observe → plan → apply → report), attribution, and systemd
+// persistence under the systemd cgroup driver.
+//
+// Its parts return what happened (RepairLoop::check → CheckOutcome, ProbeLink::drain →
+// ProbeBatch, ContainerWatches::read → ContainerEvents) and the fleet acts on it. Only
+// systemd's answers arrive later, on the loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/device_access.h"
+#include "core/config.h"
+#include "core/repair_plan.h"
+#include "kube/event_reporter.h"
+#include "metrics/daemon_metrics.h"
+#include "metrics/node_metrics.h"
+#include "node/node_model.h"
+#include "service/attribution.h"
+#include "service/container_table.h"
+#include "service/container_watches.h"
+#include "service/fleet_gauges.h"
+#include "service/node_health_monitor.h"
+#include "service/probe_link.h"
+#include "service/repair_loop.h"
+#include "service/systemd_persistence.h"
+#include "watch/event_loop.h"
+
+namespace gdw {
+
+class ContainerFleet final : public ContainerLister {
+ public:
+  ContainerFleet(const Config& config, RepairSettings settings, EventLoop& loop, Metrics& metrics, NodeModel& node);
+  ~ContainerFleet() override;
+  ContainerFleet(const ContainerFleet&) = delete;
+  ContainerFleet& operator=(const ContainerFleet&) = delete;
+
+  // Its inotify queue, the eBPF probe (per config.probe), systemd, its timers.
+  Status start();
+  // The node's device policy, once the kubepods tree is located: containers are watched
+  // and checked from then on.
+  void set_access(std::unique_ptr<DeviceAccess> access);
+  bool has_access() const { return access_ != nullptr; }
+  void set_reporting(kube::EventReporter* events);
+  // SIGHUP with the node's inputs unchanged: the probe takes its new settings.
+  void apply_probe_config();
+
+  // A full resync's part: every directory of `tree` watched, its containers added or
+  // re-resolved, those gone dropped, every GPU container checked, the gauges counted.
+  void sync(const KubepodsTree& tree);
+  // An input of resolve() changed (allocations, inventory): containers whose wants changed
+  // are checked.
+  void reresolve_all();
+  // A runtime state directory gained `container_id`: an unidentified container of that id
+  // is looked at again shortly.
+  void bundle_appeared(const std::string& container_id);
+  void check_gpu_containers();
+  void update_gauges();
+
+  std::vector<RunningContainer> running_containers() const override;
+  std::size_t gpu_containers() const;
+  const std::string& probe_status() const { return probe_.status(); }
+
+ private:
+  Status start_timers();
+  void read_probe_on_loop();
+  void on_container_events();
+  void on_probe_records();
+  void act(ProbeBatch batch);
+  void upsert(const DiscoveredContainer& cg, bool check_new);
+  void remove(const std::string& cgroup_dir);
+  // Re-resolves who the container is and what it must have, unless nothing it depends on
+  // changed since (NodeModel::generation()).
+  void resolve(WatchedContainer& w, bool force);
+  void apply_target(WatchedContainer& w, ContainerTarget target);
+  void start_watching(WatchedContainer& w);
+  void stop_watching(WatchedContainer& w);
+  // One check of `w` and what its outcome asks for. true: what the gauges count moved, or
+  // the container went.
+  bool check(WatchedContainer& w, Clock::time_point trigger, const Revocation* cause = nullptr);
+  bool check_ids(Clock::time_point trigger, const std::vector<std::uint64_t>& cgroup_ids);
+  bool check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs);
+  void schedule_retry(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger);
+  void on_retry(const std::string& dir);
+  // systemd driver: adds to the scope's DeviceAllow= what it lacks (or, its unit files
+  // unread, what was `granted`), so that systemd's own re-apply keeps the devices.
+  void persist(WatchedContainer& w, const std::vector<WantedDevice>& granted = {});
+  void on_persisted(const std::string& dir, const std::vector<WantedDevice>& devices, const std::string& unit,
+                    const Status& outcome);
+  void dir_created(const std::string& path);
+  void tree_dir_removed(const std::string& path);
+  void sweep_programs();
+  // The gauges are counted once, shortly after a burst that changed what they count.
+  void gauges_changed();
+
+  const Config& config_;
+  const RepairSettings settings_;  // the repair loop refers to it
+  EventLoop& loop_;
+  NodeMetrics node_metrics_;
+  DaemonMetrics daemon_metrics_;
+  NodeModel& node_;
+  ContainerTable containers_;
+  ContainerWatches watches_;
+  Attribution attribution_;
+  ProbeLink probe_;
+  RepairLoop repair_;
+  SystemdPersistence persistence_;
+  FleetGauges gauges_;
+  kube::EventReporter* events_ = nullptr;  // Kubernetes Events, when on (the daemon's)
+  std::unique_ptr<DeviceAccess> access_;  // the node's device policy (v1 or v2), once located
+  // The hierarchy id cgroup_mkdir reports for the tree (cgroup2 is 0).
+  std::optional<std::uint32_t> tree_hierarchy_id_;
+  bool synced_ = false;  // after the first sync, a new GPU container is checked at once
+  double newest_container_start_ = 0;
+
+  EventSource watches_source_;
+  EventSource probe_source_;
+  EventSource gauge_timer_;
+  EventSource program_query_timer_;
+  // Device programs without the syscall hook: a load announces an attach; the GPU
+  // containers' programs are looked at a few times after it (kProgramSweep).
+  EventSource program_sweep_timer_;
+  std::size_t program_sweep_step_ = 0;
+};
+
+}  // namespace gdw

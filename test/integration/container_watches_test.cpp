@@ -1,0 +1,101 @@
+// The container fleet's inotify queue (service/container_watches.h) on this machine's
+// kernel, over plain files standing in for cgroup files: what a batch of writes and
+// directory changes is sorted into, which the fleet acts on without looking again.
+#include "service/container_watches.h"
+
+#include "service/container_table.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "metrics/metrics.h"
+#include "support/temp_dir.h"
+
+namespace gdw {
+namespace {
+
+class ContainerWatchesTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(watches.start()); }
+
+  // A GPU container whose cgroup directory holds the two v1 rule files.
+  WatchedContainer& container(const std::string& rel, std::uint64_t id) {
+    DiscoveredContainer cg;
+    cg.cgroup_dir = tmp.mkdirs(rel);
+    tmp.write(rel + "/devices.deny", "");
+    tmp.write(rel + "/devices.allow", "");
+    auto& w = table.upsert(cg, Config{}).first;
+    table.set_cgroup_id(w, id);
+    return w;
+  }
+
+  test::TempDir tmp;
+  Metrics metrics;
+  ContainerWatches watches{DaemonMetrics(metrics)};
+  ContainerTable table;
+};
+
+TEST_F(ContainerWatchesTest, RuleWritesComeBackOncePerContainerByCgroupId) {
+  WatchedContainer& a = container("pod1/a", 11);
+  WatchedContainer& b = container("pod1/b", 22);
+  watches.watch_rule_files(a, {"devices.deny"});
+  watches.watch_rule_files(b, {"devices.deny"});
+  for (int i = 0; i < 5; ++i) test::write_file(a.cgroup.cgroup_dir + "/devices.deny", "a");
+  test::write_file(b.cgroup.cgroup_dir + "/devices.deny", "a");
+  test::write_file(a.cgroup.cgroup_dir + "/devices.allow", "c 195:0 rw");  // not watched: cannot revoke
+
+  ContainerEvents events = watches.read();
+  EXPECT_EQ(events.rule_writes, (std::vector<std::uint64_t>{11, 22}));
+  EXPECT_TRUE(events.only_rule_writes());
+  EXPECT_TRUE(watches.read().rule_writes.empty()) << "a read takes the whole queue";
+}
+
+TEST_F(ContainerWatchesTest, RestoringFilesAreWatchedOnlyWhileDevicesAreMissing) {
+  WatchedContainer& a = container("pod1/a", 11);
+  watches.watch_restoring_files(a, {"devices.allow"});
+  test::write_file(a.cgroup.cgroup_dir + "/devices.allow", "c 195:0 rw");
+  EXPECT_TRUE(watches.read().rule_writes.empty()) << "nothing missing: not watched";
+
+  a.repair.missing.insert(DeviceNumber{DeviceType::kChar, 195, 0});
+  watches.watch_restoring_files(a, {"devices.allow"});
+  test::write_file(a.cgroup.cgroup_dir + "/devices.allow", "c 195:0 rw");
+  EXPECT_EQ(watches.read().rule_writes, std::vector<std::uint64_t>{11});
+
+  a.repair.missing.clear();
+  watches.watch_restoring_files(a, {"devices.allow"});
+  EXPECT_TRUE(a.restoring_wds.empty());
+  test::write_file(a.cgroup.cgroup_dir + "/devices.allow", "c 195:0 rw");
+  EXPECT_TRUE(watches.read().rule_writes.empty()) << "whole again: the watch is gone";
+}
+
+TEST_F(ContainerWatchesTest, TreeChangesAndParentDeniesAreSortedApart) {
+  const std::string pod = tmp.mkdirs("kubepods/pod1");
+  tmp.write("kubepods/pod1/devices.deny", "");
+  watches.watch_tree_dir(pod);
+  tmp.mkdirs("kubepods/pod1/c1");
+  test::write_file(pod + "/devices.deny", "a");
+  ASSERT_EQ(::rmdir((pod + "/c1").c_str()), 0);
+
+  ContainerEvents events = watches.read();
+  EXPECT_FALSE(events.only_rule_writes());
+  EXPECT_EQ(events.parent_denies, std::vector<std::string>{pod});
+  ASSERT_EQ(events.tree.size(), 2u);
+  EXPECT_EQ(events.tree[0].path, pod + "/c1");
+  EXPECT_TRUE(events.tree[0].created);
+  EXPECT_EQ(events.tree[1].path, pod + "/c1");
+  EXPECT_FALSE(events.tree[1].created);
+}
+
+TEST_F(ContainerWatchesTest, AContainerUnwatchedIsHeardNoMore) {
+  WatchedContainer& a = container("pod1/a", 11);
+  watches.watch_rule_files(a, {"devices.deny"});
+  watches.unwatch(a);
+  EXPECT_TRUE(a.wds.empty());
+  test::write_file(a.cgroup.cgroup_dir + "/devices.deny", "a");
+  EXPECT_TRUE(watches.read().rule_writes.empty());
+}
+
+}  // namespace
+}  // namespace gdw
