@@ -53,7 +53,7 @@ int reload_phase(int reload) { return reload <= kReloadsBeforeUpdate ? reload : 
 // persistence may take (one SetUnitProperties round trip, ~1–5 ms here).
 constexpr milliseconds kRuncUpdateBound{100};
 constexpr milliseconds kPersistBound{2000};
-// After each reload returns: systemd realizes the cgroup from its event loop, after the reply.
+// After each reload returns, so that the programs it brings land in its own phase.
 constexpr milliseconds kAfterReload{30};
 
 // What libnvidia-container grants: the GPU, the control node and UVM's two nodes.

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -32,8 +33,8 @@ constexpr const char* kCgroup2Root = "/sys/fs/cgroup/unified";
 constexpr int kContainers = 128;
 constexpr int kWarmUp = 400;
 constexpr int kChurnEvery = 100;  // re-applies between two pod replacements
-// Between two re-applies: about the rate of a node in a CPUManager reconcile storm, and
-// what 2 cores sustain with the daemon repairing each one.
+// A pause between two re-applies, so that the daemon's repairs interleave with them; the
+// rate is set mostly by the re-applies' own cost (about 90 a second on the 2-core VM).
 constexpr std::chrono::microseconds kPace{500};
 
 int reapplies_wanted() {
@@ -42,8 +43,12 @@ int reapplies_wanted() {
 }
 
 struct Usage {
+  std::map<std::string, int> daemon_fd_kinds;
   std::size_t daemon_fds = 0;
   std::size_t daemon_bpf_prog_fds = 0;
+  // The probe's syscall hook (one bpf_link) is attached while a device stays missing and
+  // for probe.syscall_hook_linger after: not a leak. Read after the descriptors are counted.
+  int syscall_hook = 0;
   long daemon_rss_anon_kib = 0;
   std::size_t loaded = 0;      // cgroup_device programs in the kernel
   std::size_t unattached = 0;  // of those, attached to no cgroup: held by an fd or a dying cgroup
@@ -60,15 +65,18 @@ long dying_descendants(const std::string& cgroup_dir) {
   return -1;
 }
 
-// Taken once quiet, before any HTTP request (a scrape holds a socket for a moment). The
-// kernel's figures are the smallest of three samples: other test runs may share the kernel
+// Taken once quiet; the descriptors are counted before the scrape made here (a scrape
+// holds a socket for a moment). The kernel's figures are the smallest of three samples: other test runs may share the kernel
 // and have programs in flight.
-Usage measure(pid_t daemon, const std::string& sandbox_dir) {
+Usage measure(DaemonHarness& daemon, const std::string& sandbox_dir) {
+  const pid_t pid = daemon.process().pid();
   Usage u;
-  const auto fds = open_fd_targets(daemon);
+  const auto fds = open_fd_targets(pid);
   u.daemon_fds = fds.size();
+  u.daemon_fd_kinds = fd_kinds(fds, kCgroup2Root);
   u.daemon_bpf_prog_fds = bpf_program_fds(fds);
-  u.daemon_rss_anon_kib = rss_anon_kib(daemon);
+  u.daemon_rss_anon_kib = rss_anon_kib(pid);
+  u.syscall_hook = daemon.metric("gpu_devwatch_probe_syscall_hook_attached") == 1 ? 1 : 0;
   u.loaded = u.unattached = SIZE_MAX;
   for (int sample = 0; sample < 3; ++sample) {
     if (sample > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -85,9 +93,9 @@ Usage measure(pid_t daemon, const std::string& sandbox_dir) {
 }
 
 void print(const char* when, const Usage& u) {
-  std::printf("[ observed ] %s: daemon fds %zu (bpf-prog %zu), RssAnon %ld KiB; cgroup_device programs loaded %zu, "
-              "unattached %zu, attached in the sandbox %zu; dying cgroups %ld\n",
-              when, u.daemon_fds, u.daemon_bpf_prog_fds, u.daemon_rss_anon_kib, u.loaded, u.unattached,
+  std::printf("[ observed ] %s: daemon fds %zu (bpf-prog %zu, syscall hook %d), RssAnon %ld KiB; cgroup_device "
+              "programs loaded %zu, unattached %zu, attached in the sandbox %zu; dying cgroups %ld\n",
+              when, u.daemon_fds, u.daemon_bpf_prog_fds, u.syscall_hook, u.daemon_rss_anon_kib, u.loaded, u.unattached,
               u.attached_here, u.dying_cgroups);
 }
 
@@ -132,18 +140,22 @@ class V2ReapplyLeak : public ::testing::Test {
   }
 
   // Every GPU container whole (the daemon's repairs are done), then a quiet moment (its
-  // re-queries after the last event, at 1, 10, 100 and 1000 ms, have run).
-  bool settle() {
+  // re-queries after the last event, at 1, 10, 100 and 1000 ms, have run). Returns how
+  // many containers stayed broken (the first few reported).
+  int settle() {
+    int broken = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     for (const auto& c : node_->containers()) {
       std::string why;
-      if (!eventually([&] { return reappliers_->whole(c, &why); }, std::chrono::seconds(5))) {
-        ADD_FAILURE() << c.cgroup_rel << " is not whole: " << why << " "
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (eventually([&] { return reappliers_->whole(c, &why); }, std::max(left, std::chrono::milliseconds(0))))
+        continue;
+      if (broken++ < 5)
+        ADD_FAILURE() << c.cgroup_rel << " is not whole 5 s after the last re-apply: " << why << " "
                       << describe(attached_device_programs(c.cgroup_dir));
-        return false;
-      }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    return true;
+    return broken;
   }
 
   std::unique_ptr<SandboxNode> node_;
@@ -158,24 +170,25 @@ TEST_F(V2ReapplyLeak, TenThousandReappliesLeaveNothingBehind) {
   ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
   ASSERT_TRUE(eventually([&] { return daemon.metric("gpu_devwatch_containers_watched") == kContainers; }))
       << daemon.metrics();
-  const pid_t pid = daemon.process().pid();
   const auto start = std::chrono::steady_clock::now();
 
   EXPECT_EQ(reapply(kWarmUp), 0);
-  ASSERT_TRUE(settle()) << daemon.output().substr(0, 4000);
-  const Usage before = measure(pid, node_->cgroups().path());
+  ASSERT_EQ(settle(), 0) << daemon.output().substr(0, 4000);
+  const Usage before = measure(daemon, node_->cgroups().path());
   print("after the warm-up", before);
 
   EXPECT_EQ(reapply(total - kWarmUp), 0);
   const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const bool settled = settle();
-  const Usage after = measure(pid, node_->cgroups().path());
+  const int broken = settle();
+  const Usage after = measure(daemon, node_->cgroups().path());
   print("at the end", after);
   std::printf("[ observed ] %d re-applies (%d pods replaced) in %.1f s\n", reapplied_, churned_, took_s);
-  EXPECT_TRUE(settled) << "a GPU container stayed broken";
+  std::printf("[ observed ] %d of %d GPU containers not whole 5 s after the last re-apply\n", broken, kContainers);
+  EXPECT_EQ(broken, 0);
 
   EXPECT_LE(after.unattached, before.unattached) << "device programs held by nobody's cgroup piled up in the kernel";
-  EXPECT_LE(after.daemon_fds, before.daemon_fds) << "the daemon's descriptors grew";
+  EXPECT_LE(after.daemon_fds - after.syscall_hook, before.daemon_fds - before.syscall_hook)
+      << "the daemon's descriptors grew: " << fd_kind_changes(before.daemon_fd_kinds, after.daemon_fd_kinds);
   EXPECT_LE(after.daemon_bpf_prog_fds, before.daemon_bpf_prog_fds);
   EXPECT_LT(after.daemon_rss_anon_kib - before.daemon_rss_anon_kib, 2048) << "anonymous memory grew by over 2 MiB";
 

@@ -23,6 +23,34 @@ std::vector<std::string> open_fd_targets(pid_t pid) {
   return targets;
 }
 
+std::map<std::string, int> fd_kinds(const std::vector<std::string>& targets, const std::string& cgroup_root) {
+  std::map<std::string, int> kinds;
+  for (const auto& t : targets) {
+    if (t.rfind("socket:", 0) == 0) {
+      ++kinds["socket"];
+    } else if (t.rfind("pipe:", 0) == 0) {
+      ++kinds["pipe"];
+    } else if (!cgroup_root.empty() && t.rfind(cgroup_root, 0) == 0) {
+      ++kinds["cgroup"];
+    } else {
+      ++kinds[t];
+    }
+  }
+  return kinds;
+}
+
+std::string fd_kind_changes(const std::map<std::string, int>& before, const std::map<std::string, int>& after) {
+  std::map<std::string, int> delta;
+  for (const auto& [kind, n] : after) delta[kind] += n;
+  for (const auto& [kind, n] : before) delta[kind] -= n;
+  std::string text;
+  for (const auto& [kind, n] : delta) {
+    if (n == 0) continue;
+    text += (text.empty() ? "" : ", ") + std::string(n > 0 ? "+" : "") + std::to_string(n) + " " + kind;
+  }
+  return text.empty() ? "none" : text;
+}
+
 std::size_t bpf_program_fds(const std::vector<std::string>& targets) {
   return static_cast<std::size_t>(
       std::count(targets.begin(), targets.end(), std::string("anon_inode:bpf-prog")));
