@@ -5,11 +5,11 @@
 #include <dirent.h>
 
 #include <cerrno>
-#include <fstream>
 #include <random>
 #include <thread>
 
 #include "support/daemon_harness.h"
+#include "support/process_usage.h"
 
 namespace gdw::test {
 namespace {
@@ -43,22 +43,6 @@ OpenFds open_fds(pid_t pid) {
     ::closedir(d);
   }
   return n;
-}
-
-// Anonymous memory (heap, stacks): what a leak grows. File pages are not: the daemon drops
-// its startup-only ones at READY and the soak's code paths map theirs back.
-long rss_anon_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  long value = 0;
-  while (in >> key) {
-    if (key == "RssAnon:") {
-      in >> value;
-      return value;
-    }
-    in.ignore(1 << 12, '\n');
-  }
-  return -1;
 }
 
 TEST(Soak, RevokerLoopAgainstManyContainers) {

@@ -12,9 +12,11 @@
 namespace gdw::test {
 namespace {
 
-std::vector<bpf_insn> assemble_device_filter(const std::vector<OciDeviceCgroupRule>& rules) {
-  enum { R0 = 0, R1 = 1, R2 = 2, R3 = 3, R4 = 4, R5 = 5 };
-  std::vector<bpf_insn> prog{
+enum { R0 = 0, R1 = 1, R2 = 2, R3 = 3, R4 = 4, R5 = 5 };
+
+// r2 = requested access, r3 = device type, r4 = major, r5 = minor; r1 stays the context.
+std::vector<bpf_insn> load_context() {
+  return {
       insn(BPF_LDX | BPF_MEM | BPF_W, R2, R1, 0, 0),  // r2 = ctx->access_type
       insn(BPF_ALU64 | BPF_MOV | BPF_X, R3, R2, 0, 0),
       insn(BPF_ALU64 | BPF_AND | BPF_K, R3, 0, 0, 0xffff),  // r3 = device type
@@ -22,23 +24,35 @@ std::vector<bpf_insn> assemble_device_filter(const std::vector<OciDeviceCgroupRu
       insn(BPF_LDX | BPF_MEM | BPF_W, R4, R1, 4, 0),        // r4 = major
       insn(BPF_LDX | BPF_MEM | BPF_W, R5, R1, 8, 0),        // r5 = minor
   };
+}
+
+// Returns `verdict` when the device matches `r` and the requested access is within its
+// access; otherwise falls through to the instruction after the block.
+std::vector<bpf_insn> rule_block(const DeviceRule& r, bool verdict) {
+  std::vector<bpf_insn> block;
+  std::vector<std::size_t> skips;  // jumps to the end of this block
+  auto skip_unless_equal = [&](int reg, std::int32_t value) {
+    skips.push_back(block.size());
+    block.push_back(insn(BPF_JMP | BPF_JNE | BPF_K, reg, 0, 0, value));
+  };
+  if (r.type != DeviceType::kAll) skip_unless_equal(R3, r.type == DeviceType::kChar ? 2 : 1);
+  if (r.major != kAnyNumber) skip_unless_equal(R4, static_cast<std::int32_t>(r.major));
+  if (r.minor != kAnyNumber) skip_unless_equal(R5, static_cast<std::int32_t>(r.minor));
+  block.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_X, R0, R2, 0, 0));
+  block.push_back(insn(BPF_ALU64 | BPF_AND | BPF_K, R0, 0, 0, ~r.access & kAccessAll));
+  skip_unless_equal(R0, 0);
+  block.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_K, R0, 0, 0, verdict ? 1 : 0));
+  block.push_back(insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+  for (std::size_t at : skips) block[at].off = static_cast<std::int16_t>(block.size() - at - 1);
+  return block;
+}
+
+}  // namespace
+
+std::vector<bpf_insn> assemble_device_filter(const std::vector<OciDeviceCgroupRule>& rules) {
+  std::vector<bpf_insn> prog = load_context();
   for (auto it = rules.rbegin(); it != rules.rend(); ++it) {
-    const DeviceRule& r = it->rule;
-    std::vector<bpf_insn> block;
-    std::vector<std::size_t> skips;  // jumps to the end of this block
-    auto skip_unless_equal = [&](int reg, std::int32_t value) {
-      skips.push_back(block.size());
-      block.push_back(insn(BPF_JMP | BPF_JNE | BPF_K, reg, 0, 0, value));
-    };
-    if (r.type != DeviceType::kAll) skip_unless_equal(R3, r.type == DeviceType::kChar ? 2 : 1);
-    if (r.major != kAnyNumber) skip_unless_equal(R4, static_cast<std::int32_t>(r.major));
-    if (r.minor != kAnyNumber) skip_unless_equal(R5, static_cast<std::int32_t>(r.minor));
-    block.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_X, R0, R2, 0, 0));
-    block.push_back(insn(BPF_ALU64 | BPF_AND | BPF_K, R0, 0, 0, ~r.access & kAccessAll));
-    skip_unless_equal(R0, 0);
-    block.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_K, R0, 0, 0, it->allow ? 1 : 0));
-    block.push_back(insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
-    for (std::size_t at : skips) block[at].off = static_cast<std::int16_t>(block.size() - at - 1);
+    auto block = rule_block(it->rule, it->allow);
     prog.insert(prog.end(), block.begin(), block.end());
   }
   prog.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_K, R0, 0, 0, 0));
@@ -46,10 +60,22 @@ std::vector<bpf_insn> assemble_device_filter(const std::vector<OciDeviceCgroupRu
   return prog;
 }
 
-}  // namespace
+std::vector<bpf_insn> assemble_allow_prefix(const std::vector<DeviceRule>& allowed) {
+  std::vector<bpf_insn> prog = load_context();
+  for (const auto& r : allowed) {
+    auto block = rule_block(r, true);
+    prog.insert(prog.end(), block.begin(), block.end());
+  }
+  return prog;
+}
 
 ForeignProgram::ForeignProgram(const std::string& name, const std::vector<OciDeviceCgroupRule>& rules) {
-  auto insns = assemble_device_filter(rules);
+  load(name, assemble_device_filter(rules));
+}
+
+ForeignProgram::ForeignProgram(const std::string& name, const std::vector<bpf_insn>& insns) { load(name, insns); }
+
+void ForeignProgram::load(const std::string& name, const std::vector<bpf_insn>& insns) {
   fd = bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, name.empty() ? nullptr : name.c_str(), "GPL", insns.data(),
                      insns.size(), nullptr);
   if (fd < 0) {

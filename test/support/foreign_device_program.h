@@ -3,6 +3,8 @@
 // up "the runtime's program" and "systemd's program after a reload".
 #pragma once
 
+#include <linux/bpf.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,6 +12,13 @@
 #include "runtime/oci_config.h"
 
 namespace gdw::test {
+
+// The program for `rules` in runc's semantics (last match wins, no match denies).
+std::vector<bpf_insn> assemble_device_filter(const std::vector<OciDeviceCgroupRule>& rules);
+// What libnvidia-container puts in front of a program it copies: allow `allowed` (each
+// with its access) and fall through to whatever follows for every other access. Keeps r1
+// (the context) for the code behind it.
+std::vector<bpf_insn> assemble_allow_prefix(const std::vector<DeviceRule>& allowed);
 
 // A loaded program; the fd is closed at the end (an attached program stays attached).
 struct ForeignProgram {
@@ -19,12 +28,17 @@ struct ForeignProgram {
   ForeignProgram() = default;
   // Rules in runc's semantics (last match wins, no match denies); `name` as bpftool shows it.
   ForeignProgram(const std::string& name, const std::vector<OciDeviceCgroupRule>& rules);
+  // Instructions as they are (a copy of another program's); `name` may be empty.
+  ForeignProgram(const std::string& name, const std::vector<bpf_insn>& insns);
   ~ForeignProgram();
   ForeignProgram(ForeignProgram&& o) noexcept : fd(o.fd), id(o.id), load_errno(o.load_errno) { o.fd = -1; }
   ForeignProgram(const ForeignProgram&) = delete;
   ForeignProgram& operator=(const ForeignProgram&) = delete;
   // bpf_prog_attach with BPF_F_ALLOW_MULTI on a cgroup directory; returns errno (0 = ok).
   int attach(const std::string& cgroup_dir) const;
+
+ private:
+  void load(const std::string& name, const std::vector<bpf_insn>& insns);
 };
 
 }  // namespace gdw::test
