@@ -169,7 +169,9 @@ class RealGpuIncident : public ::testing::Test {
   }
 
   bool start_daemon() {
-    daemon_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{daemon_binary(), "run", "--config", write_config()});
+    const std::string binary = daemon_binary();
+    std::printf("daemon: %s\n", binary.c_str());
+    daemon_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{binary, "run", "--config", write_config()});
     return daemon_->wait_for_output(" ready", 60s);
   }
   std::string daemon_log() const { return daemon_ ? "daemon output:\n" + daemon_->output() : "(no daemon)"; }
