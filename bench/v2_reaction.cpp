@@ -276,8 +276,8 @@ void print_build(const char* title, const BuildFigures& b, const Options& o) {
 // The --compare-daemon build beside the measured one: its figure, and compared/measured.
 void print_compared(const BuildFigures& d, const BuildFigures& x, const Options& o) {
   std::printf("\n%-48s %14s %14s %8s\n", "figure", "gpu-devwatch", "compared", "cmp/gdw");
-  auto line = [](const std::string& what, double a, double b) {
-    std::printf("%-48s %14.1f %14.1f %8.2f\n", what.c_str(), a, b, a > 0 ? b / a : 0.0);
+  auto line = [](const std::string& what, double a, double b, int decimals = 1) {
+    std::printf("%-48s %14.*f %14.*f %8.2f\n", what.c_str(), decimals, a, decimals, b, a > 0 ? b / a : 0.0);
   };
   const std::pair<const char*, ReapplyStyle> styles[] = {{"v2 runc-style", ReapplyStyle::kRuncV2},
                                                          {"v2 systemd-style", ReapplyStyle::kSystemdV2},
@@ -294,8 +294,8 @@ void print_compared(const BuildFigures& d, const BuildFigures& x, const Options&
   const std::string per = " (s per " + std::to_string(o.load_seconds) + " s)";
   for (auto [name, dv, xv] : {std::tuple{"v2", &d.v2, &x.v2}, {"v1", &d.v1, &x.v1}}) {
     if (!dv->measured) continue;
-    line(std::string(name) + " CPU idle" + per, mean(dv->idle_cpu_s), mean(xv->idle_cpu_s));
-    line(std::string(name) + " CPU, unrelated loads" + per, mean(dv->load_cpu_s), mean(xv->load_cpu_s));
+    line(std::string(name) + " CPU idle" + per, mean(dv->idle_cpu_s), mean(xv->idle_cpu_s), 2);
+    line(std::string(name) + " CPU, unrelated loads" + per, mean(dv->load_cpu_s), mean(xv->load_cpu_s), 2);
   }
 }
 
