@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -43,6 +44,13 @@ struct SpinTarget {
   std::string node;        // the container's GPU node (mknod'ed)
   // systemd style: the program that re-applier attached last time here (0: none yet).
   std::uint32_t systemd_previous = 0;
+};
+
+struct SpinOptions {
+  std::chrono::milliseconds timeout{15000};  // still EPERM then: the sample failed
+  // Pause after each EPERM open; 0: a busy loop (a tenant retrying as fast as it can, each
+  // denied open an event for the daemon's probe while its syscall hook is attached).
+  std::chrono::microseconds open_interval{0};
 };
 
 struct SpinSample {
@@ -80,8 +88,7 @@ inline Reapply reapply_in_child(const SpinTarget& t, ReapplyStyle style) {
   return r;
 }
 
-[[noreturn]] inline void run_spinner(const SpinTarget& t, ReapplyStyle style, std::chrono::milliseconds timeout,
-                                     int report_fd) {
+[[noreturn]] inline void run_spinner(const SpinTarget& t, ReapplyStyle style, const SpinOptions& o, int report_fd) {
   SpinReport rep;
   auto finish = [&] {
     (void)!::write(report_fd, &rep, sizeof rep);
@@ -101,7 +108,8 @@ inline Reapply reapply_in_child(const SpinTarget& t, ReapplyStyle style) {
   }
   rep.harm_start_ns = steady_ns(r.harm_start);
   rep.applied_ns = steady_ns(r.applied);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = std::chrono::steady_clock::now() + o.timeout;
+  const timespec pause{0, static_cast<long>(std::chrono::nanoseconds(o.open_interval).count())};
   for (;;) {
     const int fd = ::open(t.node.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
     const int err = fd < 0 ? errno : 0;
@@ -117,6 +125,7 @@ inline Reapply reapply_in_child(const SpinTarget& t, ReapplyStyle style) {
       rep.timed_out = 1;
       finish();
     }
+    if (pause.tv_nsec > 0) ::nanosleep(&pause, nullptr);
   }
 }
 
@@ -124,14 +133,14 @@ inline Reapply reapply_in_child(const SpinTarget& t, ReapplyStyle style) {
 
 // One sample: forks the spinner, waits for its report, reaps it. On SIGINT the spinner is
 // killed by PID and check_interrupted() throws.
-inline SpinSample spin_once(const SpinTarget& t, ReapplyStyle style, std::chrono::milliseconds timeout) {
+inline SpinSample spin_once(const SpinTarget& t, ReapplyStyle style, const SpinOptions& o) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     ::close(pipe_fds[0]);
-    detail::run_spinner(t, style, timeout, pipe_fds[1]);
+    detail::run_spinner(t, style, o, pipe_fds[1]);
   }
   ::close(pipe_fds[1]);
   detail::SpinReport rep;
@@ -151,7 +160,7 @@ inline SpinSample spin_once(const SpinTarget& t, ReapplyStyle style, std::chrono
   } else if (rep.error != 0) {
     s.error = std::string(rep.step) + ": " + std::strerror(rep.error);
   } else if (rep.timed_out) {
-    s.error = "still EPERM after " + std::to_string(timeout.count()) + " ms";
+    s.error = "still EPERM after " + std::to_string(o.timeout.count()) + " ms";
   } else if (rep.final_errno != 0 && rep.final_errno != ENXIO) {
     s.error = std::string("open: ") + std::strerror(rep.final_errno);
   } else {

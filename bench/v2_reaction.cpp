@@ -21,14 +21,16 @@
 //                  the first allowed open; the EPERM opens in between. Styles
 //                  (bench/reappliers.h): v2 runc-style (the old programs replaced or
 //                  detached) and systemd-style (ANDed on), alternating; v1 old runc (`a` to
-//                  devices.deny, then the spec's allows).
+//                  devices.deny, then the spec's allows). The daemon's CPU over that phase
+//                  (its CPU-time clock), per re-apply: what a re-apply costs it in all.
 // Before each session every GPU container is put back to the runtime's policy, so every
-// build starts from the same state. The spinner busy-loops on one CPU: on a 2-CPU machine
-// the daemon has the other.
+// build starts from the same state. The spinner busy-loops on one CPU (unless
+// --open-interval-us): on a 2-CPU machine the daemon has the other.
 //
 //   build/bench/v2_reaction [--containers 500] [--gpu-containers 128] [--gpus 8]
 //                           [--samples 300] [--gap-ms 100] [--load-hz 50] [--load-seconds 10]
 //                           [--rounds 1] [--versions v2,v1] [--spin-timeout-ms 15000]
+//                           [--open-interval-us 0 (a pause after each EPERM open; 0: busy)]
 //                           [--daemon-extra YAML] [--daemon-binary PATH]
 //                           [--compare-daemon PATH (another build, run on the same nodes)]
 //                           (as root)
@@ -63,7 +65,7 @@ namespace {
 
 struct Options {
   int containers = 500, gpu_containers = 128, gpus = 8, samples = 300, gap_ms = 100;
-  int load_hz = 50, load_seconds = 10, rounds = 1, spin_timeout_ms = 15000;
+  int load_hz = 50, load_seconds = 10, rounds = 1, spin_timeout_ms = 15000, open_interval_us = 0;
   bool v2 = true, v1 = true;
   std::string daemon_extra;
   std::string daemon_binary = GDW_BINARY;
@@ -97,7 +99,9 @@ struct VersionFigures {
   StyleFigures styles[kStyles];
   std::vector<double> idle_cpu_s, load_cpu_s;  // per session, over --load-seconds
   long loads = 0, failed_loads = 0;
-  double rss_mib = -1;  // the largest, after the samples
+  double samples_cpu_s = 0;  // the daemon's CPU while the re-apply samples ran (all sessions)
+  int samples_run = 0;       // re-applies made in those phases
+  double rss_mib = -1;       // the largest, after the samples
   bool measured = false;
   StyleFigures& style(ReapplyStyle s) { return styles[static_cast<int>(s)]; }
   const StyleFigures& style(ReapplyStyle s) const { return styles[static_cast<int>(s)]; }
@@ -188,11 +192,12 @@ void measure_reactions(BenchNode& node, const Options& o, int round, VersionFigu
                 : std::vector<ReapplyStyle>{ReapplyStyle::kOldRuncV1};
   auto& targets = node.targets();
   std::mt19937 rng(1000 + static_cast<unsigned>(round));  // every build gets the same sequence
+  const SpinOptions spin{std::chrono::milliseconds(o.spin_timeout_ms), std::chrono::microseconds(o.open_interval_us)};
   const int total = o.samples * static_cast<int>(styles.size());
   for (int k = 0; k < total; ++k) {
     const ReapplyStyle style = styles[static_cast<std::size_t>(k) % styles.size()];
     GpuTarget& t = targets[rng() % targets.size()];
-    const SpinSample s = spin_once(t.spin, style, std::chrono::milliseconds(o.spin_timeout_ms));
+    const SpinSample s = spin_once(t.spin, style, spin);
     if (style == ReapplyStyle::kSystemdV2 && s.program_id != 0) t.spin.systemd_previous = s.program_id;
     f.style(style).add(s);
     pause_for(std::chrono::milliseconds(o.gap_ms));
@@ -212,7 +217,10 @@ void run_session(BenchNode& node, const std::string& binary, const Options& o, i
   pause_for(2s);  // the startup pass and its log lines are done
   measure_cpu(daemon, o, f);
   pause_for(2s);  // the daemon's reaction to the last loads is over
+  const double before_ms = cpu_clock_ms(daemon.pid());  // ns resolution: a re-apply costs ms
   measure_reactions(node, o, round, f);
+  f.samples_cpu_s += (cpu_clock_ms(daemon.pid()) - before_ms) / 1000;
+  f.samples_run += o.samples * (node.v2() ? 2 : 1);
   f.rss_mib = std::max(f.rss_mib, rss_mib(daemon.pid()));
   f.measured = true;
   daemon.stop();
@@ -268,6 +276,8 @@ void print_build(const char* title, const BuildFigures& b, const Options& o) {
   cpu_row("  programs loaded", double(b.v2.loads), double(b.v1.loads), 0, "");
   if (b.v2.failed_loads + b.v1.failed_loads > 0)
     std::printf("  of which refused: v2 %ld, v1 %ld\n", b.v2.failed_loads, b.v1.failed_loads);
+  auto per_reapply = [](const VersionFigures& v) { return v.samples_run ? 1000 * v.samples_cpu_s / v.samples_run : -1; };
+  cpu_row("daemon CPU per re-apply (CPU-time clock)", per_reapply(b.v2), per_reapply(b.v1), 2, "ms");
   cpu_row("daemon RSS after the samples (VmRSS)", b.v2.rss_mib, b.v1.rss_mib, 1, "MiB");
   for (const StyleFigures* s : cols)
     for (const auto& e : s->errors) std::printf("failure: %s\n", e.c_str());
@@ -296,6 +306,8 @@ void print_compared(const BuildFigures& d, const BuildFigures& x, const Options&
     if (!dv->measured) continue;
     line(std::string(name) + " CPU idle" + per, mean(dv->idle_cpu_s), mean(xv->idle_cpu_s), 2);
     line(std::string(name) + " CPU, unrelated loads" + per, mean(dv->load_cpu_s), mean(xv->load_cpu_s), 2);
+    line(std::string(name) + " CPU per re-apply (ms)", 1000 * dv->samples_cpu_s / std::max(1, dv->samples_run),
+         1000 * xv->samples_cpu_s / std::max(1, xv->samples_run), 2);
   }
 }
 
@@ -306,7 +318,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
   const std::map<std::string, int*> ints = {
       {"--containers", &o.containers}, {"--gpu-containers", &o.gpu_containers}, {"--gpus", &o.gpus},
       {"--samples", &o.samples},       {"--gap-ms", &o.gap_ms},                 {"--load-hz", &o.load_hz},
-      {"--load-seconds", &o.load_seconds}, {"--rounds", &o.rounds},           {"--spin-timeout-ms", &o.spin_timeout_ms}};
+      {"--load-seconds", &o.load_seconds}, {"--rounds", &o.rounds},           {"--spin-timeout-ms", &o.spin_timeout_ms},
+      {"--open-interval-us", &o.open_interval_us}};
   const std::map<std::string, std::string*> strings = {{"--daemon-extra", &o.daemon_extra},
                                                        {"--daemon-binary", &o.daemon_binary},
                                                        {"--compare-daemon", &o.compare_daemon}};
@@ -368,8 +381,8 @@ int main(int argc, char** argv) {
   install_interrupt_handlers();
   print_run_header(argc, argv);
   std::printf("per node and build: idle CPU over %d s, CPU over %d s of %d unrelated loads/s, then %d re-applies per "
-              "style %d ms apart; %d round(s)\n",
-              o.load_seconds, o.load_seconds, o.load_hz, o.samples, o.gap_ms, o.rounds);
+              "style %d ms apart (spinner: %d µs between EPERM opens); %d round(s)\n",
+              o.load_seconds, o.load_seconds, o.load_hz, o.samples, o.gap_ms, o.open_interval_us, o.rounds);
   BuildFigures measured, compared;
   try {
     if (o.v2) run_version(true, o, measured, compared);
