@@ -29,6 +29,7 @@
 #include "backend/devices_v1_files.h"
 #include "core/device_rule.h"
 #include "bench_node.h"
+#include "bench_stats.h"
 #include "support/daemon_harness.h"
 
 using namespace gdw;
@@ -53,10 +54,8 @@ struct Percentiles {
   double p50, p99, max;
 };
 
-Percentiles percentiles(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))]; };
-  return {at(0.50), at(0.99), v.back()};
+Percentiles percentiles(const std::vector<double>& v) {
+  return {gdw::bench::pct(v, 0.50), gdw::bench::pct(v, 0.99), gdw::bench::pct(v, 1)};
 }
 
 std::uint32_t gpu_minor(const SandboxNode& node, const SandboxContainer& c) {

@@ -52,6 +52,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_node.h"
+#include "bench_signals.h"
+#include "bench_stats.h"
 #include "storm_observe.h"
 #include "storm_repairers.h"
 #include "support/metrics_text.h"
@@ -61,15 +63,6 @@ using namespace gdw::test;
 using namespace gdw::bench;
 
 namespace {
-
-volatile sig_atomic_t g_interrupted = 0;
-void check_interrupted() {
-  if (g_interrupted) throw std::runtime_error("interrupted");
-}
-
-double us_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::micro>(b - a).count();
-}
 
 struct Options {
   int containers = 500, gpu_containers = 128, gpus = 8, rounds = 3, singles = 300, storms = 20;
@@ -257,18 +250,6 @@ void run_session(Bench& bench, Repairer& r, const Options& o, int round, int n_t
 
 // ---- output -----------------------------------------------------------------------------
 
-double pct(std::vector<double> v, double q) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
-}
-
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? -1 : s / static_cast<double>(v.size());
-}
-
 void row(const char* what, double daemon, double python, double floor, const char* unit, int decimals = 1) {
   std::printf("%-44s %12.*f %12.*f %12.*f %-4s %8.2f %8.2f\n", what, decimals, daemon, decimals, python, decimals, floor,
               unit, daemon > 0 ? python / daemon : 0.0, daemon > 0 ? floor / daemon : 0.0);
@@ -407,11 +388,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "storm: needs root and a writable cgroup v1 devices hierarchy\n");
     return 2;
   }
-  struct sigaction sa{};
-  sa.sa_handler = [](int) { g_interrupted = 1; };
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
+  install_interrupt_handlers();
   std::vector<Target> targets;
   try {
     // Destroyed on every way out of this block: repairers killed by PID, sleepers killed,

@@ -2,7 +2,8 @@
 # The test command (README, .ci/run): installs what is needed, builds, runs every ctest
 # test (unit, integration, privileged — the privileged ones need root), then each libFuzzer
 # target for a bounded time. Under CI (CI=true) a skipped privileged test is a failure:
-# CI runs as root on a machine where they must run.
+# CI runs as root on a machine where they must run. A skipped `gpu` test (test/gpu) is not:
+# it needs a real NVIDIA GPU, which CI does not have.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,7 @@ status=0
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 600) 2>&1 | tee "$log" || status=$?
 
 if [[ "${CI:-}" == "true" ]]; then
+  # Only the privileged label: gpu.* tests skip wherever there is no GPU.
   skipped=$(grep -E '^\s*[0-9]+ - privileged\..*\(Skipped\)' "$log" || true)
   if [[ -n "$skipped" ]]; then
     echo "test.sh: privileged tests were skipped under CI (they must run as root here):" >&2

@@ -1,0 +1,414 @@
+// cgroup v2 against cgroup v1 in one run, as a tenant sees it: how long a GPU container's
+// GPU stays denied after a re-apply of its device policy, and what BPF activity that has
+// nothing to do with GPUs costs the daemon. On sandbox nodes on the real kernel (real test
+// cgroups under a unique parent, a sleeping process in each, mknod'ed GPU nodes): first a
+// cgroup v2 node (the cgroup2 mount at /sys/fs/cgroup/unified; each container starts with
+// a runtime's device program allowing its spec plus its GPU, as the NVIDIA hook leaves it),
+// then a cgroup v1 node, each with --containers containers of which --gpu-containers hold
+// one GPU (round robin over --gpus).
+//
+// The daemon runs with the default configuration: only what a sandbox node needs is set (its
+// paths, and metrics on a free loopback port). Per daemon build and node:
+//   idle CPU       the daemon's utime+stime (/proc/<pid>/stat) over --load-seconds, nothing
+//                  happening;
+//   unrelated load the same while another process loads a cgroup_device program --load-hz
+//                  times a second, never attaching it (bench/unrelated_loads.h);
+//   reaction       --samples re-applies per style on random GPU containers, one at a time,
+//                  --gap-ms apart. A spinner inside the container's cgroup makes the re-apply
+//                  and open()s its GPU node until the open is no longer EPERM
+//                  (bench/spinner.h): reaction = the attach's return (v1: the last write's)
+//                  -> the first allowed open; window = the first harmful call's start ->
+//                  the first allowed open; the EPERM opens in between. Styles
+//                  (bench/reappliers.h): v2 runc-style (the old programs replaced or
+//                  detached) and systemd-style (ANDed on), alternating; v1 old runc (`a` to
+//                  devices.deny, then the spec's allows). The daemon's CPU over that phase
+//                  (its CPU-time clock), per re-apply: what a re-apply costs it in all.
+// Before each session every GPU container is put back to the runtime's policy, so every
+// build starts from the same state. The spinner busy-loops on one CPU (unless
+// --open-interval-us): on a 2-CPU machine the daemon has the other.
+//
+//   build/bench/v2_reaction [--containers 500] [--gpu-containers 128] [--gpus 8]
+//                           [--samples 300] [--gap-ms 100] [--load-hz 50] [--load-seconds 10]
+//                           [--rounds 1] [--versions v2,v1] [--spin-timeout-ms 15000]
+//                           [--open-interval-us 0 (a pause after each EPERM open; 0: busy)]
+//                           [--daemon-extra YAML] [--daemon-binary PATH]
+//                           [--compare-daemon PATH (another build, run on the same nodes)]
+//                           (as root)
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_node.h"
+#include "bench_report.h"
+#include "bench_signals.h"
+#include "bench_stats.h"
+#include "core/device_rule.h"
+#include "reappliers.h"
+#include "spinner.h"
+#include "storm_observe.h"
+#include "storm_repairers.h"
+#include "unrelated_loads.h"
+
+using namespace gdw::test;
+using namespace gdw::bench;
+
+namespace {
+
+struct Options {
+  int containers = 500, gpu_containers = 128, gpus = 8, samples = 300, gap_ms = 100;
+  int load_hz = 50, load_seconds = 10, rounds = 1, spin_timeout_ms = 15000, open_interval_us = 0;
+  bool v2 = true, v1 = true;
+  std::string daemon_extra;
+  std::string daemon_binary = GDW_BINARY;
+  std::string compare_daemon;  // another build, run on the same nodes (before/after)
+};
+
+// ---- the figures ------------------------------------------------------------------------
+
+constexpr int kStyles = 3;  // indexed by ReapplyStyle
+
+struct StyleFigures {
+  std::vector<double> reaction_us, window_us;
+  long long eperm = 0;
+  int clean = 0;  // re-applies whose spinner never saw EPERM
+  int failures = 0;
+  std::vector<std::string> errors;  // the first few failures, said once each
+  void add(const SpinSample& s) {
+    eperm += s.eperm;
+    if (!s.allowed) {
+      ++failures;
+      if (errors.size() < 5) errors.push_back(s.error);
+      return;
+    }
+    reaction_us.push_back(s.reaction_us);
+    window_us.push_back(s.window_us);
+    if (s.eperm == 0) ++clean;
+  }
+};
+
+struct VersionFigures {
+  StyleFigures styles[kStyles];
+  std::vector<double> idle_cpu_s, load_cpu_s;  // per session, over --load-seconds
+  long loads = 0, failed_loads = 0;
+  long foreign_idle = 0, foreign_load = 0;  // programs others loaded in those windows
+  double samples_cpu_s = 0;  // the daemon's CPU while the re-apply samples ran (all sessions)
+  int samples_run = 0;       // re-applies made in those phases
+  double rss_mib = -1;       // the largest, after the samples
+  bool measured = false;
+  StyleFigures& style(ReapplyStyle s) { return styles[static_cast<int>(s)]; }
+  const StyleFigures& style(ReapplyStyle s) const { return styles[static_cast<int>(s)]; }
+};
+
+struct BuildFigures {
+  VersionFigures v2, v1;
+};
+
+// ---- the node ---------------------------------------------------------------------------
+
+struct GpuTarget {
+  const SandboxContainer* container;
+  std::uint32_t minor;
+  SpinTarget spin;
+};
+
+void pause_for(std::chrono::milliseconds d) {
+  const auto end = std::chrono::steady_clock::now() + d;
+  for (auto now = std::chrono::steady_clock::now(); now < end; now = std::chrono::steady_clock::now()) {
+    check_interrupted();
+    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(end - now, 50ms));
+  }
+  check_interrupted();
+}
+
+class BenchNode {
+ public:
+  BenchNode(bool v2, const Options& o)
+      : v2_(v2), node_(SandboxNode::Options{.gpus = o.gpus, .tag = v2 ? "v2reaction-v2" : "v2reaction-v1", .v2 = v2}) {
+    const auto holders = add_bench_containers(node_, o.containers, o.gpu_containers, o.gpus, check_interrupted);
+    for (std::size_t i = 0; i < holders.size(); ++i) {
+      const auto minor = static_cast<std::uint32_t>(i % static_cast<std::size_t>(o.gpus));
+      targets_.push_back({holders[i], minor, {holders[i]->cgroup_dir, node_.node_path("nvidia" + std::to_string(minor))}});
+    }
+  }
+  bool v2() const { return v2_; }
+  SandboxNode& sandbox() { return node_; }
+  std::vector<GpuTarget>& targets() { return targets_; }
+
+  // Every GPU container back to what its runtime and the NVIDIA hook gave it (the spec plus
+  // its GPU and the control nodes; v2: one program), whatever a previous session left.
+  void reset() {
+    for (auto& t : targets_) {
+      check_interrupted();
+      const auto wanted = wanted_rules(t.minor);
+      t.spin.systemd_previous = 0;
+      if (!v2_) {
+        node_.reapply_spec(*t.container);
+        for (const auto& rule : wanted) node_.cgroups().allow(t.container->cgroup_rel, rule);
+        continue;
+      }
+      auto rules = SandboxNode::spec_rules();
+      for (const auto& rule : wanted) rules.push_back({true, *gdw::parse_device_rule(rule)});
+      const int cg = ::open(t.container->cgroup_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      const Reapply r = cg < 0 ? detail::failed(Reapply{}, "open cgroup", errno) : reapply_runc_style(cg, rules);
+      if (cg >= 0) ::close(cg);
+      if (r.error != 0)
+        throw std::runtime_error("cannot reset " + t.container->cgroup_dir + ": " + r.step + ": " + std::strerror(r.error));
+    }
+  }
+
+ private:
+  bool v2_;
+  SandboxNode node_;
+  std::vector<GpuTarget> targets_;
+};
+
+// ---- one session: one daemon build on one node ------------------------------------------
+
+void measure_cpu(Repairer& daemon, const Options& o, VersionFigures& f) {
+  const pid_t pid = daemon.pid();
+  const auto window = std::chrono::seconds(o.load_seconds);
+  std::uint32_t first_id = bpf_program_ids_handed_out();
+  double before = cpu_seconds(pid);
+  pause_for(window);
+  f.idle_cpu_s.push_back(cpu_seconds(pid) - before);
+  f.foreign_idle += programs_loaded_between(first_id, bpf_program_ids_handed_out());
+  double load = 0;
+  const LoadRun run = run_unrelated_loads(
+      o.load_hz, window,
+      [&] {
+        first_id = bpf_program_ids_handed_out();
+        before = cpu_seconds(pid);
+      },
+      [&] { load = cpu_seconds(pid) - before; });
+  f.foreign_load += programs_loaded_between(first_id, bpf_program_ids_handed_out()) - run.loads;
+  f.load_cpu_s.push_back(load);
+  f.loads += run.loads;
+  f.failed_loads += run.failed_loads;
+}
+
+void measure_reactions(BenchNode& node, const Options& o, int round, VersionFigures& f) {
+  const std::vector<ReapplyStyle> styles =
+      node.v2() ? std::vector<ReapplyStyle>{ReapplyStyle::kRuncV2, ReapplyStyle::kSystemdV2}
+                : std::vector<ReapplyStyle>{ReapplyStyle::kOldRuncV1};
+  auto& targets = node.targets();
+  std::mt19937 rng(1000 + static_cast<unsigned>(round));  // every build gets the same sequence
+  const SpinOptions spin{std::chrono::milliseconds(o.spin_timeout_ms), std::chrono::microseconds(o.open_interval_us)};
+  const int total = o.samples * static_cast<int>(styles.size());
+  for (int k = 0; k < total; ++k) {
+    const ReapplyStyle style = styles[static_cast<std::size_t>(k) % styles.size()];
+    GpuTarget& t = targets[rng() % targets.size()];
+    const SpinSample s = spin_once(t.spin, style, spin);
+    if (style == ReapplyStyle::kSystemdV2 && s.program_id != 0) t.spin.systemd_previous = s.program_id;
+    f.style(style).add(s);
+    pause_for(std::chrono::milliseconds(o.gap_ms));
+  }
+}
+
+void run_session(BenchNode& node, const std::string& binary, const Options& o, int round, bool say_probe,
+                 VersionFigures& f) {
+  node.reset();
+  Daemon daemon(node.sandbox(), binary, o.daemon_extra);
+  if (!daemon.start()) throw std::runtime_error(binary + " did not start:\n" + daemon.output());
+  if (say_probe) {
+    std::istringstream log(daemon.output());
+    for (std::string line; std::getline(log, line);)
+      if (line.find("probe") != std::string::npos) std::printf("  daemon log: %s\n", line.c_str());
+  }
+  pause_for(2s);  // the startup pass and its log lines are done
+  measure_cpu(daemon, o, f);
+  pause_for(2s);  // the daemon's reaction to the last loads is over
+  const double before_ms = cpu_clock_ms(daemon.pid());  // ns resolution: a re-apply costs ms
+  measure_reactions(node, o, round, f);
+  f.samples_cpu_s += (cpu_clock_ms(daemon.pid()) - before_ms) / 1000;
+  f.samples_run += o.samples * (node.v2() ? 2 : 1);
+  f.rss_mib = std::max(f.rss_mib, rss_mib(daemon.pid()));
+  f.measured = true;
+  daemon.stop();
+}
+
+// ---- output -----------------------------------------------------------------------------
+
+void print_cell(double v, int decimals) {
+  if (v < 0) std::printf(" %17s", "-");
+  else std::printf(" %17.*f", decimals, v);
+}
+
+void print_build(const char* title, const BuildFigures& b, const Options& o) {
+  std::printf("\n%s\n", title);
+  const StyleFigures* cols[] = {&b.v2.style(ReapplyStyle::kRuncV2), &b.v2.style(ReapplyStyle::kSystemdV2),
+                                &b.v1.style(ReapplyStyle::kOldRuncV1)};
+  std::printf("%-48s %17s %17s %17s\n", "figure", "v2 runc-style", "v2 systemd-style", "v1 old runc");
+  auto row = [&](const char* what, auto value, int decimals, const char* unit) {
+    std::printf("%-48s", what);
+    for (const StyleFigures* s : cols) print_cell(s->reaction_us.empty() && s->failures == 0 ? -1 : value(*s), decimals);
+    std::printf(" %s\n", unit);
+  };
+  for (auto [what, q] : {std::pair{"reaction p50 (attach/last write -> allowed open)", .5}, {"reaction p99", .99},
+                         {"reaction max", 1.0}})
+    row(what, [q = q](const StyleFigures& s) { return pct(s.reaction_us, q); }, 1, "µs");
+  for (auto [what, q] : {std::pair{"window p50 (first harmful call -> allowed open)", .5}, {"window p99", .99},
+                         {"window max", 1.0}})
+    row(what, [q = q](const StyleFigures& s) { return pct(s.window_us, q); }, 1, "µs");
+  row("EPERM opens seen by the spinners (all samples)", [](const StyleFigures& s) { return double(s.eperm); }, 0, "");
+  row("EPERM opens per re-apply (mean)", [](const StyleFigures& s) {
+    const auto n = s.reaction_us.size() + static_cast<std::size_t>(s.failures);
+    return n ? double(s.eperm) / double(n) : -1;
+  }, 1, "");
+  row("re-applies with no EPERM at all", [](const StyleFigures& s) { return double(s.clean); }, 0, "");
+  row("samples measured", [](const StyleFigures& s) { return double(s.reaction_us.size()); }, 0, "");
+  row("samples failed (no allowed open)", [](const StyleFigures& s) { return double(s.failures); }, 0, "");
+
+  std::printf("\n%-48s %17s %17s\n", "figure", "v2", "v1");
+  auto cpu_row = [&](const char* what, double v2, double v1, int decimals, const char* unit) {
+    std::printf("%-48s", what);
+    print_cell(b.v2.measured ? v2 : -1, decimals);
+    print_cell(b.v1.measured ? v1 : -1, decimals);
+    std::printf(" %s\n", unit);
+  };
+  char load_title[96];
+  std::snprintf(load_title, sizeof load_title, "daemon CPU, %d unrelated loads/s, per %d s", o.load_hz, o.load_seconds);
+  char idle_title[96];
+  std::snprintf(idle_title, sizeof idle_title, "daemon CPU idle, per %d s (utime+stime)", o.load_seconds);
+  cpu_row(idle_title, mean(b.v2.idle_cpu_s), mean(b.v1.idle_cpu_s), 2, "s");
+  cpu_row(load_title, mean(b.v2.load_cpu_s), mean(b.v1.load_cpu_s), 2, "s");
+  cpu_row("  = share of one core", 100 * mean(b.v2.load_cpu_s) / o.load_seconds,
+          100 * mean(b.v1.load_cpu_s) / o.load_seconds, 1, "%");
+  cpu_row("  programs loaded", double(b.v2.loads), double(b.v1.loads), 0, "");
+  // Someone else's BPF activity (another test run on a shared machine) makes these windows
+  // neither idle nor "50 loads/s": said here rather than hidden in the figure.
+  cpu_row("BPF programs others loaded, idle windows", double(b.v2.foreign_idle), double(b.v1.foreign_idle), 0, "");
+  cpu_row("BPF programs others loaded, load windows", double(b.v2.foreign_load), double(b.v1.foreign_load), 0, "");
+  if (b.v2.failed_loads + b.v1.failed_loads > 0)
+    std::printf("  of which refused: v2 %ld, v1 %ld\n", b.v2.failed_loads, b.v1.failed_loads);
+  auto per_reapply = [](const VersionFigures& v) { return v.samples_run ? 1000 * v.samples_cpu_s / v.samples_run : -1; };
+  cpu_row("daemon CPU per re-apply (CPU-time clock)", per_reapply(b.v2), per_reapply(b.v1), 2, "ms");
+  cpu_row("daemon RSS after the samples (VmRSS)", b.v2.rss_mib, b.v1.rss_mib, 1, "MiB");
+  for (const StyleFigures* s : cols)
+    for (const auto& e : s->errors) std::printf("failure: %s\n", e.c_str());
+}
+
+// The --compare-daemon build beside the measured one: its figure, and compared/measured.
+void print_compared(const BuildFigures& d, const BuildFigures& x, const Options& o) {
+  std::printf("\n%-48s %14s %14s %8s\n", "figure", "gpu-devwatch", "compared", "cmp/gdw");
+  auto line = [](const std::string& what, double a, double b, int decimals = 1) {
+    std::printf("%-48s %14.*f %14.*f %8.2f\n", what.c_str(), decimals, a, decimals, b, a > 0 ? b / a : 0.0);
+  };
+  const std::pair<const char*, ReapplyStyle> styles[] = {{"v2 runc-style", ReapplyStyle::kRuncV2},
+                                                         {"v2 systemd-style", ReapplyStyle::kSystemdV2},
+                                                         {"v1 old runc", ReapplyStyle::kOldRuncV1}};
+  for (auto [name, style] : styles) {
+    const VersionFigures& dv = style == ReapplyStyle::kOldRuncV1 ? d.v1 : d.v2;
+    const VersionFigures& xv = style == ReapplyStyle::kOldRuncV1 ? x.v1 : x.v2;
+    if (!dv.measured) continue;
+    line(std::string(name) + " reaction p50 (µs)", pct(dv.style(style).reaction_us, .5), pct(xv.style(style).reaction_us, .5));
+    line(std::string(name) + " reaction p99 (µs)", pct(dv.style(style).reaction_us, .99), pct(xv.style(style).reaction_us, .99));
+    line(std::string(name) + " window p99 (µs)", pct(dv.style(style).window_us, .99), pct(xv.style(style).window_us, .99));
+    line(std::string(name) + " EPERM opens", double(dv.style(style).eperm), double(xv.style(style).eperm));
+  }
+  const std::string per = " (s per " + std::to_string(o.load_seconds) + " s)";
+  for (auto [name, dv, xv] : {std::tuple{"v2", &d.v2, &x.v2}, {"v1", &d.v1, &x.v1}}) {
+    if (!dv->measured) continue;
+    line(std::string(name) + " CPU idle" + per, mean(dv->idle_cpu_s), mean(xv->idle_cpu_s), 2);
+    line(std::string(name) + " CPU, unrelated loads" + per, mean(dv->load_cpu_s), mean(xv->load_cpu_s), 2);
+    line(std::string(name) + " CPU per re-apply (ms)", 1000 * dv->samples_cpu_s / std::max(1, dv->samples_run),
+         1000 * xv->samples_cpu_s / std::max(1, xv->samples_run), 2);
+  }
+}
+
+// ---- flags ------------------------------------------------------------------------------
+
+std::optional<Options> parse_options(int argc, char** argv) {
+  Options o;
+  const std::map<std::string, int*> ints = {
+      {"--containers", &o.containers}, {"--gpu-containers", &o.gpu_containers}, {"--gpus", &o.gpus},
+      {"--samples", &o.samples},       {"--gap-ms", &o.gap_ms},                 {"--load-hz", &o.load_hz},
+      {"--load-seconds", &o.load_seconds}, {"--rounds", &o.rounds},           {"--spin-timeout-ms", &o.spin_timeout_ms},
+      {"--open-interval-us", &o.open_interval_us}};
+  const std::map<std::string, std::string*> strings = {{"--daemon-extra", &o.daemon_extra},
+                                                       {"--daemon-binary", &o.daemon_binary},
+                                                       {"--compare-daemon", &o.compare_daemon}};
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "v2_reaction: flag %s has no value\n", a.c_str());
+      return std::nullopt;
+    }
+    const std::string v = argv[i + 1];
+    if (auto it = ints.find(a); it != ints.end()) *it->second = std::stoi(v);
+    else if (auto st = strings.find(a); st != strings.end()) *st->second = v;
+    else if (a == "--versions") {
+      o.v2 = v.find("v2") != std::string::npos;
+      o.v1 = v.find("v1") != std::string::npos;
+    } else {
+      std::fprintf(stderr, "v2_reaction: unknown flag %s\n", a.c_str());
+      return std::nullopt;
+    }
+  }
+  if (o.gpu_containers < 1 || o.gpu_containers > o.containers || o.gpus < 1 || o.rounds < 1 || o.load_hz < 1 ||
+      o.load_seconds < 1 || o.samples < 1 || (!o.v1 && !o.v2)) {
+    std::fprintf(stderr, "v2_reaction: need 1 <= --gpu-containers <= --containers, --gpus, --rounds, --samples, "
+                         "--load-hz, --load-seconds >= 1, and --versions naming v2 and/or v1\n");
+    return std::nullopt;
+  }
+  return o;
+}
+
+// All sessions of one cgroup version on one node; builds take turns going first.
+void run_version(bool v2, const Options& o, BuildFigures& measured, BuildFigures& compared) {
+  BenchNode node(v2, o);
+  std::printf("%s node: %d containers, %d GPU containers on %d GPUs, parent %s\n", v2 ? "v2" : "v1", o.containers,
+              o.gpu_containers, o.gpus, node.sandbox().cgroups().path().c_str());
+  std::fflush(stdout);
+  std::vector<std::pair<const std::string*, BuildFigures*>> order{{&o.daemon_binary, &measured}};
+  if (!o.compare_daemon.empty()) order.push_back({&o.compare_daemon, &compared});
+  for (int round = 0; round < o.rounds; ++round) {
+    for (auto [binary, figures] : order) {
+      std::printf("%s round %d: %s\n", v2 ? "v2" : "v1", round + 1, binary->c_str());
+      std::fflush(stdout);
+      run_session(node, *binary, o, round, round == 0 && figures == &measured, v2 ? figures->v2 : figures->v1);
+    }
+    std::rotate(order.begin(), order.begin() + 1, order.end());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::optional<Options> options = parse_options(argc, argv);
+  if (!options) return 2;
+  const Options& o = *options;
+  if ((o.v2 && !SandboxNode::available(true)) || (o.v1 && !SandboxNode::available(false))) {
+    std::fprintf(stderr, "v2_reaction: needs root, cgroup2 at /sys/fs/cgroup/unified (v2) and a writable v1 "
+                         "devices hierarchy (v1)\n");
+    return 2;
+  }
+  install_interrupt_handlers();
+  print_run_header(argc, argv);
+  std::printf("per node and build: idle CPU over %d s, CPU over %d s of %d unrelated loads/s, then %d re-applies per "
+              "style %d ms apart (spinner: %d µs between EPERM opens); %d round(s)\n",
+              o.load_seconds, o.load_seconds, o.load_hz, o.samples, o.gap_ms, o.open_interval_us, o.rounds);
+  BuildFigures measured, compared;
+  try {
+    if (o.v2) run_version(true, o, measured, compared);
+    if (o.v1) run_version(false, o, measured, compared);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "v2_reaction: %s\n", e.what());
+    return 1;
+  }
+  std::printf("\nloadavg:  %s (at the end)\n", loadavg().c_str());
+  print_build(("gpu-devwatch: " + o.daemon_binary).c_str(), measured, o);
+  if (!o.compare_daemon.empty()) {
+    print_build(("compared build: " + o.compare_daemon).c_str(), compared, o);
+    print_compared(measured, compared, o);
+  }
+  return 0;
+}
