@@ -81,15 +81,18 @@ class DeviceProgramsV2 final : public DeviceAccess {
   Result<std::uint32_t> hierarchy_id(const std::string&) const override { return 0u; }
 
   Result<DeviceState> observe(const std::string& cgroup_dir, const DesiredDevices& desired) override {
-    auto programs = query_device_programs(cgroup_dir, cache_);
-    if (!programs) {
+    seen_.reset();
+    auto snapshot = snapshot_device_programs(cgroup_dir, cache_);
+    if (!snapshot) {
       // The query's error names the cgroup; a vanished cgroup is told apart by the directory.
       const int code = ::access(cgroup_dir.c_str(), F_OK) != 0 ? ENOENT : 0;
-      return errno_error(code, "cannot query the device programs: " + programs.error().message);
+      return errno_error(code, "cannot query the device programs: " + snapshot.error().message);
     }
     DeviceState state;
-    state.missing = denied_by_programs(*programs, desired.wanted);
-    state.programs = std::move(*programs);
+    state.programs = snapshot->all();
+    state.missing = denied_by_programs(state.programs, desired.wanted);
+    // A grant follows at once when something is missing: it starts from this look.
+    if (!state.missing.empty()) seen_ = Seen{cgroup_dir, std::move(*snapshot)};
     return state;
   }
 
@@ -99,7 +102,9 @@ class DeviceProgramsV2 final : public DeviceAccess {
                     const std::vector<WantedDevice>& devices) override {
     GrantReport report;
     report.method = "bpf";
-    auto installed = repair_device_programs(cgroup_dir, wanted, cache_);
+    const DeviceProgramsSnapshot* seen = seen_ && seen_->dir == cgroup_dir ? &seen_->snapshot : nullptr;
+    auto installed = repair_device_programs(cgroup_dir, wanted, cache_, seen);
+    seen_.reset();
     auto among = [](const std::vector<WantedDevice>& list, const WantedDevice& d) {
       return std::any_of(list.begin(), list.end(), [&](const WantedDevice& x) { return x.dev == d.dev; });
     };
@@ -130,6 +135,12 @@ class DeviceProgramsV2 final : public DeviceAccess {
 
  private:
   DeviceProgramCache cache_;
+  // The last observation that found something missing, for the grant that follows it.
+  struct Seen {
+    std::string dir;
+    DeviceProgramsSnapshot snapshot;
+  };
+  std::optional<Seen> seen_;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <linux/bpf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -75,8 +76,17 @@ std::vector<Value> DeviceProgramCache::Lru<Key, Value>::add(Key key, Value value
   return out;
 }
 
+template <class Key, class Value>
+void DeviceProgramCache::Lru<Key, Value>::erase(const Key& key) {
+  auto it = index.find(key);
+  if (it == index.end()) return;
+  order.erase(it->second);
+  index.erase(it);
+}
+
 DeviceProgramCache::~DeviceProgramCache() {
-  for (const auto& [key, fd] : wrappers_.order) ::close(fd);
+  for (const auto& [key, copies] : wrappers_.order)
+    for (const auto& c : copies) ::close(c->fd);
 }
 
 std::optional<AttachedDeviceProgram> DeviceProgramCache::describe(std::uint32_t id) {
@@ -86,15 +96,60 @@ std::optional<AttachedDeviceProgram> DeviceProgramCache::describe(std::uint32_t 
   return read;
 }
 
-Result<int> DeviceProgramCache::wrapper(const std::vector<WantedDevice>& added, const BpfCode& inner,
-                                        const std::string& dir, std::uint32_t old_id) {
+void DeviceProgramCache::forget_program(std::uint32_t id) { programs_.erase(id); }
+
+void DeviceProgramCache::seen_attached(const std::string& dir, const std::vector<std::uint32_t>& ids,
+                                       Clock::time_point now) {
+  for (std::uint32_t id : ids)
+    if (auto it = copy_by_id_.find(id); it != copy_by_id_.end()) it->second->seen[dir] = now;
+}
+
+void DeviceProgramCache::forget(const Copies& copies) {
+  for (const auto& c : copies) {
+    copy_by_id_.erase(c->id);
+    ::close(c->fd);
+  }
+}
+
+Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vector<WantedDevice>& added,
+                                                                const BpfCode& inner, const std::string& dir,
+                                                                std::uint32_t old_id, Clock::time_point now) {
   std::string key = wrapper_key(added, inner);
-  if (const int* fd = wrappers_.find(key)) return *fd;
+  Copies* copies = wrappers_.find(key);
+  if (copies) {
+    // Every copy forgets what is older than kReuseAfter here, so that the cgroups of
+    // containers long gone do not pile up in copies this call would not reach.
+    for (const auto& c : *copies)
+      std::erase_if(c->seen, [&](const auto& kv) { return now - kv.second >= kReuseAfter; });
+    for (const auto& c : *copies) {
+      if (!c->seen.count(dir)) {
+        c->seen[dir] = now;
+        return Wrapper{c->fd, c->id, nullptr};
+      }
+    }
+  }
   auto loaded = load_wrapper(wrap_device_program(added, inner), dir, old_id);
   if (!loaded) return loaded.error();
   ++wrapper_loads_;
-  for (int dropped : wrappers_.add(std::move(key), *loaded, max_wrappers_)) ::close(dropped);
-  return *loaded;
+  bpf_prog_info info{};
+  std::uint32_t len = sizeof(info);
+  const std::uint32_t id = bpf_obj_get_info_by_fd(*loaded, &info, &len) == 0 ? info.id : 0;
+  if (copies && copies->size() >= kMaxCopies) {
+    // Every copy was in this cgroup lately: this one is used once and not kept.
+    const int fd = *loaded;
+    return Wrapper{fd, id, std::shared_ptr<void>(nullptr, [fd](void*) { ::close(fd); })};
+  }
+  auto copy = std::make_unique<Copy>();
+  *copy = Copy{*loaded, id, {{dir, now}}};
+  copy_by_id_[id] = copy.get();
+  if (copies) {
+    copies->push_back(std::move(copy));
+    return Wrapper{*loaded, id, nullptr};
+  }
+  Copies fresh;
+  fresh.push_back(std::move(copy));
+  for (const auto& dropped : wrappers_.add(std::move(key), std::move(fresh), max_wrappers_)) forget(dropped);
+  return Wrapper{*loaded, id, nullptr};
 }
 
 }  // namespace gdw

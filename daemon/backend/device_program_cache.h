@@ -5,26 +5,41 @@
 //   three bpf() calls saved per program per look.
 // - our wrapper for a given original and set of devices, loaded once. A re-applier that
 //   applies the same spec again attaches a program with the same instructions, whose
-//   wrapper is the one already loaded: the repair attaches it without a verifier run.
-// Both are bounded (least recently used go first). A wrapper dropped from the cache stays
-// loaded while it is attached somewhere (the kernel holds it), and is freed after.
+//   wrapper is already loaded: the repair attaches it without a verifier run, and
+//   containers with the same devices share it.
+//
+// A wrapper is never attached to a cgroup where it was seen in the last kReuseAfter: a
+// re-applier that records a cgroup's programs, attaches its own and then detaches the
+// recorded ones (runc) may hold an id we took away and would attach again, and would then
+// detach what the repair put in, and with it the program it had just attached, which the
+// wrapper replaced. runc does all three within one run, milliseconds apart; kReuseAfter
+// leaves a run stalled on a loaded node ample time. So a wrapper has copies (kMaxCopies,
+// loaded as needed: one per repair of the same cgroup within kReuseAfter); past those a
+// copy is loaded and not kept. Both caches are bounded (least recently used go first; a
+// description is about 2 KiB, 256 cover the programs of a hundred GPU containers). A wrapper dropped from the cache stays loaded while it is attached somewhere
+// (the kernel holds it), and is freed after.
 #pragma once
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/device_programs_v2.h"
+#include "core/clock.h"
 #include "core/result.h"
 
 namespace gdw {
 
 class DeviceProgramCache {
  public:
-  explicit DeviceProgramCache(std::size_t max_programs = 1024, std::size_t max_wrappers = 512)
+  static constexpr Clock::duration kReuseAfter = std::chrono::seconds(10);
+  static constexpr std::size_t kMaxCopies = 8;
+
+  explicit DeviceProgramCache(std::size_t max_programs = 256, std::size_t max_wrappers = 512)
       : max_programs_(max_programs), max_wrappers_(max_wrappers) {}
   ~DeviceProgramCache();
   DeviceProgramCache(const DeviceProgramCache&) = delete;
@@ -33,11 +48,24 @@ class DeviceProgramCache {
   // Program `id` described (subgroup and link are the caller's to set); nullopt when it is
   // gone.
   std::optional<AttachedDeviceProgram> describe(std::uint32_t id);
-  // Our wrapper adding `added` to `inner`, loaded; an fd this cache owns (valid until the
-  // next call). The error names `dir` and `old_id` (the program it is for) and the
-  // verifier's words.
-  Result<int> wrapper(const std::vector<WantedDevice>& added, const BpfCode& inner, const std::string& dir,
-                      std::uint32_t old_id);
+  // Program `id` was replaced or detached by a repair: its description is of no more use
+  // (a runtime's program is freed then; nobody attaches a detached one again).
+  void forget_program(std::uint32_t id);
+  // A query of cgroup `dir` found these program ids attached: which of our wrappers were
+  // there, when (every query goes through here).
+  void seen_attached(const std::string& dir, const std::vector<std::uint32_t>& ids, Clock::time_point now);
+
+  // Our wrapper adding `added` to `inner`, loaded, to attach to cgroup `dir` now: a copy
+  // not seen there in the last kReuseAfter. The fd is valid until the next call (or, for a
+  // copy past kMaxCopies, owned by `Wrapper::owned`). The error names `dir` and `old_id`
+  // (the program it is for) and the verifier's words.
+  struct Wrapper {
+    int fd = -1;
+    std::uint32_t id = 0;
+    std::shared_ptr<void> owned;  // a copy the cache does not keep: closed with the last Wrapper
+  };
+  Result<Wrapper> wrapper(const std::vector<WantedDevice>& added, const BpfCode& inner, const std::string& dir,
+                          std::uint32_t old_id, Clock::time_point now);
 
   std::size_t programs() const { return programs_.size(); }
   std::size_t wrappers() const { return wrappers_.size(); }
@@ -52,11 +80,22 @@ class DeviceProgramCache {
     Value* find(const Key& key);  // and marks it used
     // Adds (key, value); returns the values pushed out beyond `max`.
     std::vector<Value> add(Key key, Value value, std::size_t max);
+    void erase(const Key& key);
     std::size_t size() const { return index.size(); }
   };
+  // One loaded copy of a wrapper, and where it was seen attached last.
+  struct Copy {
+    int fd = -1;
+    std::uint32_t id = 0;
+    std::unordered_map<std::string, Clock::time_point> seen;  // cgroup dir → when
+  };
+  using Copies = std::vector<std::unique_ptr<Copy>>;
+  void forget(const Copies& copies);
+
   std::size_t max_programs_, max_wrappers_;
   Lru<std::uint32_t, AttachedDeviceProgram> programs_;
-  Lru<std::string, int> wrappers_;  // (added, inner) as bytes → fd
+  Lru<std::string, Copies> wrappers_;  // (added, inner) as bytes → its copies
+  std::unordered_map<std::uint32_t, Copy*> copy_by_id_;
   std::size_t wrapper_loads_ = 0;
 };
 

@@ -1,6 +1,6 @@
 // The kernel half of device_programs_v2.h, repairing side: put our wrapper around a denying
-// program's code in that program's place, or detach a program a wrapper of ours already
-// runs, until no program that we can replace denies a wanted device.
+// program's code in that program's place, and detach a program a wrapper of ours put in
+// place already runs, until no program that we can replace denies a wanted device.
 #include <bpf/bpf.h>
 #include <linux/bpf.h>
 #include <unistd.h>
@@ -18,12 +18,6 @@ namespace {
 using v2_kernel::errno_text;
 using v2_kernel::OwnedFd;
 
-std::uint32_t program_id(int prog_fd) {
-  bpf_prog_info info{};
-  std::uint32_t len = sizeof(info);
-  return bpf_obj_get_info_by_fd(prog_fd, &info, &len) == 0 ? info.id : 0;
-}
-
 // What putting a program in another's place, or detaching one, came to.
 struct Change {
   bool done = false;  // false: the program was not found where it was (detached meanwhile, or link-attached)
@@ -35,11 +29,13 @@ struct Change {
 // (kernels before 5.6 lack it: attach, then detach); a cgroup in single-program mode (an
 // old runtime attached without BPF_F_ALLOW_MULTI) has its one program swapped by an attach
 // with the same flags. Either way there is no moment without the old program's verdicts.
-Result<Change> swap_program(int cgroup_fd, const std::string& dir, std::uint32_t mode, int fresh, std::uint32_t old_id) {
+Result<Change> swap_program(int cgroup_fd, const std::string& dir, std::uint32_t mode,
+                            const DeviceProgramCache::Wrapper& wrapper, std::uint32_t old_id) {
+  const int fresh = wrapper.fd;
   Change change;
   OwnedFd old(bpf_prog_get_fd_by_id(old_id));
   if (!old.valid()) return change;
-  change.replaced = {old_id, program_id(fresh), true};
+  change.replaced = {old_id, wrapper.id, true};
   struct bpf_prog_attach_opts opts {};
   opts.sz = sizeof(opts);
   opts.flags = mode & (BPF_F_ALLOW_MULTI | BPF_F_ALLOW_OVERRIDE);
@@ -82,14 +78,23 @@ class CgroupRepair {
                V2Repair& repair)
       : where_(where), wanted_(wanted), cache_(cache), repair_(repair) {}
 
-  Status run(int cgroup_fd) {
+  // `seen`: this cgroup as a snapshot just found it, for the first round (nullptr: query).
+  Status run(int cgroup_fd, const DeviceProgramsSnapshot::Cgroup* seen) {
     const std::size_t left_before = repair_.left_attached.size();
     for (int round = 0; round < kRepairRounds; ++round) {
       v2_kernel::AttachedIds ids;
-      auto attached = v2_kernel::describe_attached(cgroup_fd, where_.dir, cache_, links_ ? &*links_ : nullptr, &ids);
-      if (!attached) return attached.error();
-      for (auto& p : *attached) p.subgroup = where_.subgroup;
-      V2Plan plan = plan_v2_repair(*attached, wanted_);
+      std::vector<AttachedDeviceProgram> attached;
+      if (round == 0 && seen) {
+        ids.attach_flags = seen->attach_flags;
+        attached = seen->programs;
+        for (const auto& p : attached) ids.ids.push_back(p.id);
+      } else {
+        auto queried = v2_kernel::describe_attached(cgroup_fd, where_.dir, cache_, links_ ? &*links_ : nullptr, &ids);
+        if (!queried) return queried.error();
+        attached = std::move(*queried);
+      }
+      for (auto& p : attached) p.subgroup = where_.subgroup;
+      V2Plan plan = plan_v2_repair(attached, wanted_);
       repair_.left_attached.resize(left_before);
       for (auto& l : plan.leave) repair_.left_attached.push_back(std::move(l));
       if (plan.replace.empty() && plan.detach.empty()) return {};
@@ -100,14 +105,11 @@ class CgroupRepair {
   }
 
  private:
+  // Replacements first: a program is only detached once what makes its removal harmless
+  // is in place.
   Status act(int cgroup_fd, std::uint32_t mode, const V2Plan& plan) {
-    for (const auto& p : plan.detach) {
-      auto detached = detach_program(cgroup_fd, where_.dir, p.id);
-      if (!detached) return detached.error();
-      repair_.detached += *detached;
-    }
     for (const auto& r : plan.replace) {
-      auto fresh = cache_.wrapper(r.added, r.old.inner, where_.dir, r.old.id);
+      auto fresh = cache_.wrapper(r.added, r.old.inner, where_.dir, r.old.id, Clock::now());
       if (!fresh) return fresh.error();
       auto change = swap_program(cgroup_fd, where_.dir, mode, *fresh, r.old.id);
       if (!change) return change.error();
@@ -119,7 +121,19 @@ class CgroupRepair {
         continue;
       }
       repair_.replaced.push_back(change->replaced);
+      cache_.forget_program(r.old.id);
       if (!change->detach_error.empty()) repair_.left_attached.push_back({r.old, change->detach_error});
+      if (auto detached = detach_all(cgroup_fd, r.twins); !detached) return detached;
+    }
+    return detach_all(cgroup_fd, plan.detach);
+  }
+
+  Status detach_all(int cgroup_fd, const std::vector<AttachedDeviceProgram>& programs) {
+    for (const auto& p : programs) {
+      auto detached = detach_program(cgroup_fd, where_.dir, p.id);
+      if (!detached) return detached.error();
+      repair_.detached += *detached;
+      if (*detached) cache_.forget_program(p.id);
     }
     return {};
   }
@@ -132,14 +146,14 @@ class CgroupRepair {
 };
 
 Status repair_cgroup(const v2_kernel::DeviceCgroup& where, const std::vector<WantedDevice>& wanted,
-                     DeviceProgramCache& cache, V2Repair& repair) {
+                     DeviceProgramCache& cache, const DeviceProgramsSnapshot::Cgroup* seen, V2Repair& repair) {
   auto cgroup = v2_kernel::open_cgroup(where.dir);
   if (!cgroup) {
     // crun's sub-cgroup going away with its container is not an error of the container's.
     if (!where.subgroup.empty() && ::access(where.dir.c_str(), F_OK) != 0) return {};
     return cgroup.error();
   }
-  if (auto done = CgroupRepair(where, wanted, cache, repair).run(cgroup->get()); !done) return done.error();
+  if (auto done = CgroupRepair(where, wanted, cache, repair).run(cgroup->get(), seen); !done) return done.error();
   auto now = v2_kernel::describe_attached(cgroup->get(), where.dir, cache);
   if (!now) return now.error();
   for (auto& p : *now) {
@@ -152,10 +166,15 @@ Status repair_cgroup(const v2_kernel::DeviceCgroup& where, const std::vector<Wan
 }  // namespace
 
 Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,
-                                        DeviceProgramCache& cache) {
+                                        DeviceProgramCache& cache, const DeviceProgramsSnapshot* seen) {
   V2Repair repair;
-  for (const auto& where : v2_kernel::device_cgroups_of(cgroup_dir))
-    if (auto done = repair_cgroup(where, wanted, cache, repair); !done) return done.error();
+  for (const auto& where : v2_kernel::device_cgroups_of(cgroup_dir)) {
+    const DeviceProgramsSnapshot::Cgroup* seen_here = nullptr;
+    if (seen)
+      for (const auto& cg : seen->cgroups)
+        if (cg.subgroup == where.subgroup) seen_here = &cg;
+    if (auto done = repair_cgroup(where, wanted, cache, seen_here, repair); !done) return done.error();
+  }
   repair.still_denied = denied_by_programs(repair.now, wanted);
   std::vector<AttachedDeviceProgram> unreplaceable;
   for (const auto& left : repair.left_attached) unreplaceable.push_back(left.program);

@@ -67,35 +67,46 @@ bool same_code(const BpfCode& a, const BpfCode& b) {
          });
 }
 
-// A wrapper of ours in the same cgroup that runs `p`'s instructions and adds exactly
-// `wanted`: attached already, or about to replace another program with those instructions
-// (the kernel attaches one program only once per cgroup).
-bool wrapped_beside(const AttachedDeviceProgram& p, const std::vector<AttachedDeviceProgram>& attached,
-                    const std::vector<V2Plan::Replacement>& replacing, const std::vector<WantedDevice>& wanted) {
-  const bool attached_already = std::any_of(attached.begin(), attached.end(), [&](const AttachedDeviceProgram& w) {
-    return w.wrapper && w.id != p.id && w.subgroup == p.subgroup && same_devices(w.added, wanted) &&
-           same_code(w.inner, p.inner);
-  });
-  return attached_already || std::any_of(replacing.begin(), replacing.end(), [&](const V2Plan::Replacement& r) {
-           return r.old.subgroup == p.subgroup && same_code(r.old.inner, p.inner);
-         });
+// The replacement in this plan of another program with `p`'s instructions in the same
+// cgroup, if any.
+V2Plan::Replacement* replaced_alike(const AttachedDeviceProgram& p, std::vector<V2Plan::Replacement>& replacing) {
+  for (auto& r : replacing)
+    if (r.old.subgroup == p.subgroup && same_code(r.old.inner, p.inner)) return &r;
+  return nullptr;
+}
+
+// A wrapper of ours attached after `w` (later in the kernel's order) in the same cgroup,
+// running the same instructions and adding the same devices.
+bool superseded(const AttachedDeviceProgram& w, std::size_t at, const std::vector<AttachedDeviceProgram>& attached) {
+  for (std::size_t i = at + 1; i < attached.size(); ++i) {
+    const auto& later = attached[i];
+    if (later.wrapper && later.subgroup == w.subgroup && same_devices(later.added, w.added) &&
+        same_code(later.inner, w.inner))
+      return true;
+  }
+  return false;
 }
 
 }  // namespace
 
 V2Plan plan_v2_repair(const std::vector<AttachedDeviceProgram>& attached, const std::vector<WantedDevice>& wanted) {
   V2Plan plan;
-  for (const auto& p : attached) {
-    if (std::none_of(wanted.begin(), wanted.end(), [&](const WantedDevice& w) { return program_denies(p, w); }))
+  for (std::size_t i = 0; i < attached.size(); ++i) {
+    const auto& p = attached[i];
+    const bool denies =
+        std::any_of(wanted.begin(), wanted.end(), [&](const WantedDevice& w) { return program_denies(p, w); });
+    if (!denies) {
+      if (p.wrapper && !p.link && superseded(p, i, attached)) plan.detach.push_back(p);
       continue;
+    }
     if (p.link) {
       plan.leave.push_back({p, "attached through a bpf_link: only its link can detach it"});
     } else if (p.inner.empty()) {
       plan.leave.push_back({p, "cannot be wrapped: " + (p.unwrappable.empty() ? "no code" : p.unwrappable)});
-    } else if (wrapped_beside(p, attached, plan.replace, wanted)) {
-      plan.detach.push_back(p);
+    } else if (auto* twin = replaced_alike(p, plan.replace)) {
+      twin->twins.push_back(p);
     } else {
-      plan.replace.push_back({p, wanted});
+      plan.replace.push_back({p, wanted, {}});
     }
   }
   return plan;

@@ -139,15 +139,31 @@ std::optional<std::vector<OciDeviceCgroupRule>> read_legacy_rules(int prog_fd, s
   return std::nullopt;
 }
 
-BpfCode read_translated_code(int prog_fd, std::uint32_t bytes) {
-  if (bytes == 0 || bytes % sizeof(bpf_insn) != 0) return {};
-  BpfCode code(bytes / sizeof(bpf_insn));
+// Room for the translated instructions in the first info call: runc's, crun's and
+// systemd's programs are far shorter, so one call reads a program whole.
+constexpr std::size_t kFirstReadInsns = 1024;
+
+// The program's info and its translated instructions (empty when they could not be read).
+std::optional<std::pair<bpf_prog_info, BpfCode>> read_info_and_code(int prog_fd) {
+  BpfCode code(kFirstReadInsns);
   bpf_prog_info info{};
-  info.xlated_prog_len = bytes;
+  info.xlated_prog_len = static_cast<std::uint32_t>(code.size() * sizeof(bpf_insn));
   info.xlated_prog_insns = reinterpret_cast<std::uintptr_t>(code.data());
   std::uint32_t len = sizeof(info);
-  if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0 || info.xlated_prog_len != bytes) return {};
-  return code;
+  if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0) return std::nullopt;
+  const std::uint32_t bytes = info.xlated_prog_len;  // the whole program's, however much was copied
+  if (bytes == 0 || bytes % sizeof(bpf_insn) != 0) return std::pair{info, BpfCode{}};
+  if (bytes <= code.size() * sizeof(bpf_insn)) {
+    code.resize(bytes / sizeof(bpf_insn));
+    return std::pair{info, std::move(code)};
+  }
+  code.assign(bytes / sizeof(bpf_insn), bpf_insn{});  // longer: read again, whole
+  bpf_prog_info again{};
+  again.xlated_prog_len = bytes;
+  again.xlated_prog_insns = reinterpret_cast<std::uintptr_t>(code.data());
+  len = sizeof(again);
+  if (bpf_obj_get_info_by_fd(prog_fd, &again, &len) != 0 || again.xlated_prog_len != bytes) code.clear();
+  return std::pair{info, std::move(code)};
 }
 
 ProgramOwner owner_of(std::string_view name) {
@@ -158,8 +174,7 @@ ProgramOwner owner_of(std::string_view name) {
 
 // Fills code, inner, wrapper and added from the program's instructions (or, for an older
 // union program of ours, from its rule list).
-void read_program_code(AttachedDeviceProgram& p, int prog_fd, const bpf_prog_info& info) {
-  BpfCode code = read_translated_code(prog_fd, info.xlated_prog_len);
+void read_program_code(AttachedDeviceProgram& p, int prog_fd, const bpf_prog_info& info, BpfCode code) {
   if (p.owner == ProgramOwner::kOurs) {
     if (auto unwrapped = unwrap_device_program(code)) {
       p.wrapper = true;
@@ -189,14 +204,13 @@ void read_program_code(AttachedDeviceProgram& p, int prog_fd, const bpf_prog_inf
 std::optional<AttachedDeviceProgram> read_program(std::uint32_t id) {
   OwnedFd fd(bpf_prog_get_fd_by_id(id));
   if (!fd.valid()) return std::nullopt;
-  bpf_prog_info info{};
-  std::uint32_t len = sizeof(info);
-  if (bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0) return std::nullopt;
+  auto read = read_info_and_code(fd.get());
+  if (!read) return std::nullopt;
   AttachedDeviceProgram p;
   p.id = id;
-  p.name = info.name;
+  p.name = read->first.name;
   p.owner = owner_of(p.name);
-  read_program_code(p, fd.get(), info);
+  read_program_code(p, fd.get(), read->first, std::move(read->second));
   return p;
 }
 
@@ -206,6 +220,7 @@ Result<std::vector<AttachedDeviceProgram>> describe_attached(int cgroup_fd, cons
                                                              AttachedIds* ids_out) {
   auto ids = query_ids(cgroup_fd, dir);
   if (!ids) return ids.error();
+  cache.seen_attached(dir, ids->ids, Clock::now());
   std::vector<AttachedDeviceProgram> programs;
   programs.reserve(ids->ids.size());
   for (std::uint32_t id : ids->ids) {
@@ -220,9 +235,14 @@ Result<std::vector<AttachedDeviceProgram>> describe_attached(int cgroup_fd, cons
 
 }  // namespace v2_kernel
 
-Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir,
-                                                                 DeviceProgramCache& cache) {
-  std::vector<AttachedDeviceProgram> all;
+std::vector<AttachedDeviceProgram> DeviceProgramsSnapshot::all() const {
+  std::vector<AttachedDeviceProgram> out;
+  for (const auto& cg : cgroups) out.insert(out.end(), cg.programs.begin(), cg.programs.end());
+  return out;
+}
+
+Result<DeviceProgramsSnapshot> snapshot_device_programs(const std::string& cgroup_dir, DeviceProgramCache& cache) {
+  DeviceProgramsSnapshot snapshot;
   for (const auto& cg : v2_kernel::device_cgroups_of(cgroup_dir)) {
     auto cgroup = v2_kernel::open_cgroup(cg.dir);
     // crun's sub-cgroup going away with its container is not an error of the container's.
@@ -230,14 +250,20 @@ Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::stri
     if (!cgroup) return cgroup.error();
     // Which are link-attached is only worth a walk of every link on the node when one of
     // them denies a wanted device (a repair finds out then: device_program_repair.cpp).
-    auto programs = v2_kernel::describe_attached(cgroup->get(), cg.dir, cache);
+    v2_kernel::AttachedIds ids;
+    auto programs = v2_kernel::describe_attached(cgroup->get(), cg.dir, cache, nullptr, &ids);
     if (!programs) return programs.error();
-    for (auto& p : *programs) {
-      p.subgroup = cg.subgroup;
-      all.push_back(std::move(p));
-    }
+    for (auto& p : *programs) p.subgroup = cg.subgroup;
+    snapshot.cgroups.push_back({cg.subgroup, ids.attach_flags, std::move(*programs)});
   }
-  return all;
+  return snapshot;
+}
+
+Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir,
+                                                                 DeviceProgramCache& cache) {
+  auto snapshot = snapshot_device_programs(cgroup_dir, cache);
+  if (!snapshot) return snapshot.error();
+  return snapshot->all();
 }
 
 Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir) {

@@ -65,6 +65,19 @@ class DeviceProgramCache;  // device_program_cache.h
 // `link` is false until then. Descriptions come from `cache` (device_program_cache.h).
 Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir,
                                                                  DeviceProgramCache& cache);
+
+// One look at a container's device cgroups (its own, then crun's sub-cgroup when it
+// exists): the programs attached to each, and each cgroup's attach mode.
+struct DeviceProgramsSnapshot {
+  struct Cgroup {
+    std::string subgroup;  // "" or kCrunSubgroup
+    std::uint32_t attach_flags = 0;
+    std::vector<AttachedDeviceProgram> programs;
+  };
+  std::vector<Cgroup> cgroups;
+  std::vector<AttachedDeviceProgram> all() const;  // every program, own cgroup's first
+};
+Result<DeviceProgramsSnapshot> snapshot_device_programs(const std::string& cgroup_dir, DeviceProgramCache& cache);
 // The same for a one-shot look (a cache of its own).
 Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir);
 
@@ -93,13 +106,20 @@ struct V2Plan {
   struct Replacement {
     AttachedDeviceProgram old;
     std::vector<WantedDevice> added;
+    // Other denying programs in the same cgroup with exactly old's instructions (a runtime's
+    // and systemd's program for the same spec): the kernel attaches a program only once
+    // per cgroup, so they are detached, and only once the wrapper is in old's place, which
+    // then gives every verdict they give. Detached before, with old taken away meanwhile
+    // by a re-applier that had recorded it, they would leave the cgroup with nothing.
+    std::vector<AttachedDeviceProgram> twins;
   };
   std::vector<Replacement> replace;
-  // Programs that deny a wanted device while a wrapper of ours attached beside them (same
-  // cgroup) runs the very same instructions and adds exactly the wanted devices: detaching
-  // one takes away nothing that wrapper does not enforce, and nothing is piled up. This is
-  // how a re-applier that attaches the same program again without detaching ours (systemd
-  // on daemon-reload: its previous program is the one we replaced) is answered.
+  // Wrappers of ours attached before an identical one (same instructions, same devices
+  // added): their removal takes away no restriction. The one attached last stays: it is
+  // the one a repair just attached, never one a re-applier recorded before its attach and
+  // may still detach. This is how systemd's daemon-reload is answered without piling up
+  // wrappers: it attaches the same program again, since the previous one, which we
+  // replaced, is no longer its to detach.
   std::vector<AttachedDeviceProgram> detach;
   std::vector<UndetachedProgram> leave;   // deny one too, but cannot be replaced by us
 };
@@ -133,8 +153,11 @@ struct V2Repair {
 // kRepairRounds rounds. Errors: the cgroup cannot be opened or queried, a load the
 // verifier rejects, a failed attach; each names the cgroup and the errno text.
 inline constexpr int kRepairRounds = 8;
+// `seen`: a snapshot just taken (an observation microseconds ago) stands for each cgroup's
+// first query; acting on it is safe however old it is (a program no longer where it was is
+// not replaced, and the next round queries again).
 Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,
-                                       DeviceProgramCache& cache);
+                                       DeviceProgramCache& cache, const DeviceProgramsSnapshot* seen = nullptr);
 // The same for a one-shot repair (a cache of its own; the wrappers stay attached).
 Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted);
 

@@ -1,13 +1,12 @@
 // The cgroup v2 backend on the real kernel: test cgroups under /sys/fs/cgroup/unified with
 // device programs of "other managers" attached (assembled by test/support, independent of
-// the daemon's code generator), and Debian's runc running a container in v2 mode with its
-// own eBPF device filter. A device node made with mknod opens with ENXIO when the cgroup
+// the daemon's code generator); Debian's runc in device_programs_v2_runc_test.cpp. A device node made with mknod opens with ENXIO when the cgroup
 // allows it (no driver behind it) and EPERM when a device program denies it.
+#include "backend/device_program_cache.h"
 #include "backend/device_programs_v2.h"
 
 #include <bpf/bpf.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <gtest/gtest.h>
 #include <linux/bpf.h>
 #include <sys/stat.h>
@@ -24,7 +23,6 @@
 #include "runtime/oci_config.h"
 #include "support/cgroup_sandbox.h"
 #include "support/foreign_device_program.h"
-#include "support/runc_container.h"
 #include "support/sandbox_node.h"
 #include "support/temp_dir.h"
 
@@ -49,8 +47,6 @@ std::vector<std::uint32_t> ids_of(const std::vector<AttachedDeviceProgram>& prog
   for (const auto& p : programs) ids.push_back(p.id);
   return ids;
 }
-
-// ---- (a) test cgroups with programs of "runc" and "systemd" ---------------------------
 
 // The container's spec: deny everything, then /dev/null and the terminals. systemd's
 // program after a reload enforces the same list (its DeviceAllow= came from the spec).
@@ -240,18 +236,21 @@ TEST_F(DeviceProgramsV2, ReRepairWrapsTheOriginalNotTheWrapper) {
   expect_spec_kept();
 
   // A second revocation: a reload attaches the same spec again beside our wrapper (whose
-  // original was its previous program). The wrapper already runs that very code: the new
-  // program is detached, no second wrapper piles up.
+  // original was its previous program). It gets a wrapper of its own (a copy that was not
+  // attached here), and the older wrapper, now a duplicate, is detached: no pile-up.
+  const std::uint32_t before_id = query()[0].id;
   const std::uint32_t reload_id = attach_foreign("sd_devices", kSpec);
   ASSERT_TRUE(denied("nvidia1"));
   auto third = repair_device_programs(dir_, desired2);
   ASSERT_TRUE(third.ok()) << third.error().message;
-  EXPECT_TRUE(third->replaced.empty());
+  ASSERT_EQ(third->replaced.size(), 1u);
+  EXPECT_EQ(third->replaced[0].old_id, reload_id);
   EXPECT_EQ(third->detached, 1u);
   now = query();
   ASSERT_EQ(now.size(), 1u) << "one wrapper, as before the reload";
   EXPECT_TRUE(now[0].wrapper);
   EXPECT_NE(now[0].id, reload_id);
+  EXPECT_NE(now[0].id, before_id) << "the wrapper that stays is the one just attached";
   EXPECT_FALSE(unwrap_device_program(now[0].inner));
   EXPECT_EQ(open_errno("nvidia1"), ENXIO);
   expect_spec_kept();
@@ -263,6 +262,115 @@ TEST_F(DeviceProgramsV2, ReRepairWrapsTheOriginalNotTheWrapper) {
   EXPECT_EQ(fourth->replaced.size(), 1u);
   EXPECT_EQ(query().size(), 2u);
   EXPECT_EQ(open_errno("nvidia1"), ENXIO);
+}
+
+// runc (1.1) re-applying while more than one program is attached records them, attaches
+// its new program, then detaches the recorded ones. A repair that runs in between (runc's
+// attach woke the daemon) must not leave the cgroup relying on a program runc is about to
+// detach: afterwards the spec is still enforced and the GPU still granted. The daemon's
+// wrappers are cached (device_program_cache.h), so the one it attached before is exactly
+// such a recorded program.
+TEST_F(DeviceProgramsV2, ARepairBetweenARuncAttachAndItsDetachesLeavesTheSpecEnforced) {
+  DeviceProgramCache cache;
+  const std::vector<WantedDevice> desired{wanted(195, 0, kAccessReadWrite, "nvidia0")};
+  attach_foreign("", kSpec);
+  ASSERT_TRUE(repair_device_programs(dir_, desired, cache).ok());  // our wrapper around the spec
+  const OciDeviceCgroupRule allow_everything{true, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}};
+  attach_foreign("agent", {allow_everything});  // another program: runc now detaches instead of replacing
+  ASSERT_EQ(query().size(), 2u);
+
+  // runc: records what is attached, attaches its spec's program...
+  std::vector<int> recorded;
+  for (const auto& p : query()) recorded.push_back(bpf_prog_get_fd_by_id(p.id));
+  const std::uint32_t runc_id = attach_foreign("", kSpec);
+  ASSERT_TRUE(denied("nvidia0"));
+  // ...the daemon repairs in between...
+  auto repair = repair_device_programs(dir_, desired, cache);
+  ASSERT_TRUE(repair.ok()) << repair.error().message;
+  EXPECT_EQ(open_errno("nvidia0"), ENXIO);
+  // ...and runc detaches what it recorded.
+  int cgroup = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  for (int fd : recorded) {
+    (void)bpf_prog_detach2(fd, cgroup, BPF_CGROUP_DEVICE);  // ENOENT for what the repair took away
+    ::close(fd);
+  }
+  ::close(cgroup);
+
+  auto now = query();
+  ASSERT_EQ(now.size(), 1u) << "the wrapper of runc's program, nothing else";
+  EXPECT_TRUE(now[0].wrapper);
+  EXPECT_EQ(count_of(now, runc_id), 0u);
+  expect_spec_kept();
+  EXPECT_TRUE(denied("nvidia1"));
+  EXPECT_EQ(open_errno("nvidia0"), ENXIO);
+}
+
+// systemd's and runc's programs for the same spec, side by side (runc attached while
+// systemd's was there), and a repair working from a look taken just before runc detached
+// the program it had recorded (systemd's). The repair wraps one and detaches its twin; the
+// twin must only go once the wrapper is in, or the cgroup is left with no program at all:
+// every device allowed. Replayed here with the look handed to the repair by hand.
+TEST_F(DeviceProgramsV2, ARepairFromALookARuncDetachOvertookNeverLeavesTheCgroupWithoutPrograms) {
+  DeviceProgramCache cache;
+  const std::vector<WantedDevice> desired{wanted(195, 0, kAccessReadWrite, "nvidia0")};
+  const std::uint32_t systemd_id = attach_foreign("sd_devices", kSpec);
+  attach_foreign("", kSpec);  // runc's, the same instructions
+  auto look = snapshot_device_programs(dir_, cache);
+  ASSERT_TRUE(look.ok()) << look.error().message;
+  ASSERT_EQ(look->all().size(), 2u);
+
+  int cgroup = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int recorded = bpf_prog_get_fd_by_id(systemd_id);
+  ASSERT_EQ(bpf_prog_detach2(recorded, cgroup, BPF_CGROUP_DEVICE), 0) << std::strerror(errno);  // runc's detach
+  ::close(recorded);
+  ::close(cgroup);
+
+  auto repair = repair_device_programs(dir_, desired, cache, &*look);
+  ASSERT_TRUE(repair.ok()) << repair.error().message;
+  auto now = query();
+  ASSERT_EQ(now.size(), 1u) << "the wrapper of runc's program";
+  EXPECT_TRUE(now[0].wrapper);
+  EXPECT_EQ(open_errno("nvidia0"), ENXIO);
+  EXPECT_TRUE(denied("nvidia1")) << "the cgroup still restricts";
+  expect_spec_kept();
+}
+
+// The wrapper cache's reuse rule (device_program_cache.h): a cgroup gets a wrapper that was
+// not there within kReuseAfter (a copy, loaded as needed), another cgroup gets the first
+// copy at once, and past kMaxCopies a copy is loaded for the one attach and not kept: the
+// daemon's descriptors stay bounded however fast one cgroup is re-applied.
+TEST_F(DeviceProgramsV2, WrapperCopiesAreReusedOnlyAfterTheirTimeAndStayBounded) {
+  DeviceProgramCache cache;
+  const std::vector<WantedDevice> desired{wanted(195, 0, kAccessReadWrite, "nvidia0")};
+  ForeignProgram spec("", kSpec);
+  ASSERT_GE(spec.fd, 0) << std::strerror(spec.load_errno);
+  const auto inner = cache.describe(spec.id);
+  ASSERT_TRUE(inner.has_value());
+  const auto t0 = Clock::now();
+
+  std::vector<std::uint32_t> ids;
+  for (std::size_t i = 0; i < DeviceProgramCache::kMaxCopies; ++i) {
+    auto w = cache.wrapper(desired, inner->code, "/a", spec.id, t0);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), w->id), 0) << "copy " << i << " was handed to /a already";
+    EXPECT_EQ(w->owned.use_count(), 0) << "kept by the cache";
+    ids.push_back(w->id);
+  }
+  EXPECT_EQ(cache.wrapper_loads(), DeviceProgramCache::kMaxCopies);
+  auto past = cache.wrapper(desired, inner->code, "/a", spec.id, t0);
+  ASSERT_TRUE(past.ok()) << past.error().message;
+  EXPECT_EQ(past->owned.use_count(), 1) << "a copy past kMaxCopies is not kept: the caller owns it";
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), past->id), 0);
+
+  auto other = cache.wrapper(desired, inner->code, "/b", spec.id, t0);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->id, ids[0]) << "another cgroup shares the first copy";
+  // Seen attached in /a again just now: not reused there until kReuseAfter after that.
+  cache.seen_attached("/a", {ids[0]}, t0 + DeviceProgramCache::kReuseAfter / 2);
+  auto later = cache.wrapper(desired, inner->code, "/a", spec.id, t0 + DeviceProgramCache::kReuseAfter);
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(later->id, ids[1]) << "the first copy was seen in /a too lately";
+  EXPECT_EQ(cache.wrapper_loads(), DeviceProgramCache::kMaxCopies + 1) << "no verifier run for a reused copy";
 }
 
 TEST_F(DeviceProgramsV2, ALinkAttachedProgramIsReportedAndStillDenies) {
@@ -399,93 +507,6 @@ TEST_F(DeviceProgramsV2, RepeatedRepairsTakeMillisecondsAndNeverAddPrograms) {
   std::cout << "repair_device_programs (re-wrap, " << us.size() << " runs): median " << us[us.size() / 2]
             << " us, max " << us.back() << " us\n";
   expect_spec_kept();
-}
-
-// ---- (b) Debian's runc in cgroup v2 mode ---------------------------------------------
-
-// Every runc call sees /sys/fs/cgroup/unified as /sys/fs/cgroup (runc then runs in v2 mode)
-// in its own mount namespace; runc's state lives in its --root directory, shared by all.
-const std::vector<std::string> kV2Wrapper{
-    "unshare", "-m", "--propagation", "private", "sh", "-c",
-    "mount --bind /sys/fs/cgroup/unified /sys/fs/cgroup && exec \"$0\" \"$@\""};
-
-std::vector<std::string> leftover_cgroups(const std::string& name_prefix) {
-  std::vector<std::string> found;
-  glob_t g{};
-  const std::string pattern = "/sys/fs/cgroup/*/" + name_prefix + "*";
-  if (::glob(pattern.c_str(), GLOB_ONLYDIR, nullptr, &g) == 0)
-    for (std::size_t i = 0; i < g.gl_pathc; ++i) found.emplace_back(g.gl_pathv[i]);
-  ::globfree(&g);
-  return found;
-}
-
-TEST(DeviceProgramsV2Runc, RepairGrantsAGpuInsideARealRuncContainerAndKeepsTheSpec) {
-  if (!CgroupSandbox::available("unified") || !RuncContainer::available())
-    GTEST_SKIP() << "needs root, cgroup2 at " << kUnifiedRoot << ", runc and busybox-static";
-  if (auto reason = bpf_unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
-  std::string sandbox_name;
-  {
-    CgroupSandbox sandbox("unified", "runcv2");
-    sandbox_name = sandbox.name();
-    // runc in v2 mode should only touch the unified hierarchy; clean up the v1 ones anyway.
-    struct ControllerCleanup {
-      std::string name;
-      ~ControllerCleanup() {
-        for (const char* ctrl : {"blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer", "memory", "pids", "systemd"})
-          remove_cgroup_tree(std::string("/sys/fs/cgroup/") + ctrl + "/" + name);
-      }
-    } cleanup{sandbox.name()};
-    TempDir bundles("gdw-runc-v2");
-    const std::string id = random_hex(64);
-    const std::string cgroups_path = "/" + sandbox.name() + "/kubepods/burstable/pod" + random_uuid() + "/" + id;
-    RuncContainer container({
-        .id = id,
-        .bundle_dir = bundles.path() + "/" + id,
-        .cgroups_path = cgroups_path,
-        .annotations = {},
-        .allow = {{"c", 195, 255, "rw"}},  // nvidiactl only: the GPU was never granted
-        .nodes = {{"/gpu/nvidia0", 195, 0}, {"/gpu/nvidiactl", 195, 255}, {"/gpu/nvidia1", 195, 1},
-                  {"/gpu/tun", 10, 200}},
-        .wrapper = kV2Wrapper,
-    });
-    ASSERT_TRUE(container.running()) << container.start_error();
-    const std::string host_dir = kUnifiedRoot + cgroups_path;
-
-    const std::vector<WantedDevice> desired{wanted(195, 0, kAccessReadWrite, "nvidia0")};
-
-    auto before = query_device_programs(host_dir);
-    ASSERT_TRUE(before.ok()) << before.error().message;
-    ASSERT_EQ(before->size(), 1u) << "runc's eBPF device filter";
-    EXPECT_EQ((*before)[0].owner, ProgramOwner::kRuntime) << (*before)[0].name;
-    EXPECT_EQ(denied_by_programs(*before, desired), desired) << "runc's own code, run: it denies the GPU";
-    // The interpreter follows runc's real instructions: its verdicts are the kernel's.
-    const BpfCode& runc_code = (*before)[0].code;
-    EXPECT_EQ(run_device_program(runc_code, {DeviceType::kChar, 1, 3}, kAccessReadWrite), Verdict::kAllow);
-    EXPECT_EQ(run_device_program(runc_code, {DeviceType::kChar, 195, 255}, kAccessReadWrite), Verdict::kAllow);
-    EXPECT_EQ(run_device_program(runc_code, {DeviceType::kChar, 195, 1}, kAccessRead), Verdict::kDeny);
-    EXPECT_EQ(container.open_errno("/gpu/nvidia0"), EPERM) << "runc's filter denies the GPU";
-    EXPECT_EQ(container.open_errno("/gpu/nvidiactl"), ENXIO);
-    EXPECT_EQ(container.open_errno("/gpu/nvidia1"), EPERM);
-    EXPECT_EQ(container.open_errno("/dev/null"), 0);
-    const int tun_before = container.open_errno("/gpu/tun");
-
-    auto repair = repair_device_programs(host_dir, desired);
-    ASSERT_TRUE(repair.ok()) << repair.error().message;
-    ASSERT_EQ(repair->replaced.size(), 1u);
-    EXPECT_TRUE(repair->replaced[0].atomic);
-    EXPECT_EQ(repair->replaced[0].old_id, (*before)[0].id);
-
-    EXPECT_EQ(container.open_errno("/gpu/nvidia0"), ENXIO) << "granted inside the container";
-    EXPECT_EQ(container.open_errno("/gpu/nvidiactl"), ENXIO);
-    EXPECT_EQ(container.open_errno("/gpu/nvidia1"), EPERM) << "runc denies it: still denied";
-    EXPECT_EQ(container.open_errno("/dev/null"), 0) << "runc's own built-ins, whatever its version";
-    EXPECT_EQ(container.open_errno("/gpu/tun"), tun_before) << "tun decided as runc's program did";
-    auto after = query_device_programs(host_dir);
-    ASSERT_TRUE(after.ok()) << after.error().message;
-    EXPECT_EQ(ids_of(*after), std::vector<std::uint32_t>{repair->replaced[0].new_id});
-    EXPECT_TRUE(denied_by_programs(*after, desired).empty());
-  }
-  EXPECT_EQ(leftover_cgroups(sandbox_name), std::vector<std::string>{});
 }
 
 }  // namespace

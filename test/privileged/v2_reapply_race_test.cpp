@@ -101,9 +101,16 @@ class V2ReapplyRace : public ::testing::Test {
       times_.push_back(took);
       return;
     }
-    if (++failures_ <= 5)
-      ADD_FAILURE() << c.cgroup_rel << " not whole " << ms(took) << " ms after a burst (" << why << "); programs "
-                    << describe(attached_device_programs(c.cgroup_dir));
+    if (++failures_ > 5) return;
+    // What the daemon said about that container, the last few lines.
+    std::string said;
+    const auto lines = lines_with(log_ + (daemon_ ? daemon_->output() : ""), " pod=" + c.spec.pod_name + " ");
+    for (std::size_t i = lines.size() > 6 ? lines.size() - 6 : 0; i < lines.size(); ++i) said += "\n    " + lines[i];
+    int query_err = 0;  // a failed query is not an empty list
+    const auto programs = attached_device_programs(c.cgroup_dir, &query_err);
+    ADD_FAILURE() << c.cgroup_rel << " not whole " << ms(took) << " ms after a burst (" << why << "); programs "
+                  << describe(programs) << (query_err ? std::string(" (query: ") + std::strerror(query_err) + ")" : "")
+                  << "; the daemon on it:" << said;
   }
 
   void kill_and_restart(DaemonHarness& daemon) {
@@ -131,10 +138,12 @@ class V2ReapplyRace : public ::testing::Test {
   std::vector<Clock::duration> times_;
   int failures_ = 0, churned_ = 0;
   std::string log_;  // the output of daemons already stopped
+  DaemonHarness* daemon_ = nullptr;
 };
 
 TEST_F(V2ReapplyRace, EveryBurstEndsWithTheContainerWholeWithinASecond) {
   DaemonHarness daemon(*node_);
+  daemon_ = &daemon;
   ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
   ASSERT_TRUE(eventually([&] { return daemon.metric("gpu_devwatch_containers_watched") == kGpuContainers; }))
       << daemon.metrics();

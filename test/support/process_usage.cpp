@@ -52,8 +52,29 @@ std::string fd_kind_changes(const std::map<std::string, int>& before, const std:
 }
 
 std::size_t bpf_program_fds(const std::vector<std::string>& targets) {
-  return static_cast<std::size_t>(
-      std::count(targets.begin(), targets.end(), std::string("anon_inode:bpf-prog")));
+  return static_cast<std::size_t>(std::count(targets.begin(), targets.end(), std::string("anon_inode:bpf-prog")));
+}
+
+std::set<std::uint32_t> program_ids_held(pid_t pid, unsigned prog_type) {
+  std::set<std::uint32_t> ids;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fdinfo";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ids;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(dir + "/" + e->d_name);
+    std::string key;
+    unsigned type = ~0u;
+    std::uint32_t id = 0;
+    while (in >> key) {
+      if (key == "prog_type:") in >> type;
+      else if (key == "prog_id:") in >> id;
+      in.ignore(1 << 12, '\n');
+    }
+    if (type == prog_type && id != 0) ids.insert(id);
+  }
+  ::closedir(d);
+  return ids;
 }
 
 long rss_anon_kib(pid_t pid) {

@@ -4,7 +4,9 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,9 @@ std::map<std::string, int> fd_kinds(const std::vector<std::string>& targets, con
 std::string fd_kind_changes(const std::map<std::string, int>& before, const std::map<std::string, int>& after);
 // How many of those are "anon_inode:bpf-prog" (a loaded program kept alive by the process).
 std::size_t bpf_program_fds(const std::vector<std::string>& targets);
+// The ids of the programs of `prog_type` its descriptors hold (the "prog_type:" and
+// "prog_id:" lines of /proc/<pid>/fdinfo/<fd>; BPF_PROG_TYPE_CGROUP_DEVICE is 15).
+std::set<std::uint32_t> program_ids_held(pid_t pid, unsigned prog_type);
 // Anonymous memory (heap, stacks) in KiB, RssAnon of /proc/<pid>/status: what a leak grows
 // (file pages are not: a process maps its code back in as it runs); -1 if unreadable.
 long rss_anon_kib(pid_t pid);

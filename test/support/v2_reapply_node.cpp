@@ -1,5 +1,6 @@
 #include "support/v2_reapply_node.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -36,10 +37,22 @@ std::vector<std::string> V2ReapplyNode::wanted_nodes(const SandboxContainer& c) 
 }
 
 bool V2ReapplyNode::whole(const SandboxContainer& c, std::string* why) {
-  for (const auto& name : wanted_nodes(c)) {
+  const std::vector<std::string> wanted = wanted_nodes(c);
+  for (const auto& name : wanted) {
     const int err = node_.open_errno(c, name);
     if (err == ENXIO) continue;
     if (why != nullptr) *why = name + ": " + (err == 0 ? "opened" : std::strerror(err));
+    return false;
+  }
+  // And still restricted: another GPU's node stays denied (a repair only adds; a cgroup
+  // left without any device program would allow it).
+  for (int i = 0; i < 8; ++i) {
+    const std::string other = "nvidia" + std::to_string(i);
+    if (std::find(wanted.begin(), wanted.end(), other) != wanted.end()) continue;
+    const int err = node_.open_errno(c, other);
+    if (err == ENOENT) continue;  // no such GPU on this node
+    if (err == EPERM) return true;
+    if (why != nullptr) *why = other + " (not this container's): " + (err == 0 ? "opened" : std::strerror(err));
     return false;
   }
   return true;

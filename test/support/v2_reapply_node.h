@@ -1,7 +1,8 @@
 // Re-appliers at work on a cgroup v2 SandboxNode: runc-style and systemd-style re-applies
 // of a container's spec (test/support/device_program_tools.h), container churn (a pod goes,
 // another comes with a new id and bundle), and what a GPU container must have ("whole":
-// every wanted node opens with ENXIO from inside its cgroup).
+// every wanted node opens with ENXIO from inside its cgroup, and another GPU's node is
+// still denied).
 #pragma once
 
 #include <cstddef>
@@ -30,8 +31,9 @@ class V2ReapplyNode {
 
   // The device nodes a GPU container must open: its GPUs, nvidiactl, nvidia-uvm.
   std::vector<std::string> wanted_nodes(const SandboxContainer& c) const;
-  // Whether every wanted node opens with ENXIO from inside the container's cgroup; the
-  // first that does not in *why ("nvidia0: EPERM").
+  // Whether every wanted node opens with ENXIO from inside the container's cgroup and
+  // another GPU's node is still denied (EPERM); the first that is not in *why ("nvidia0:
+  // EPERM").
   bool whole(const SandboxContainer& c, std::string* why = nullptr);
   // The most programs the container's cgroup may hold: one per re-applier that attached
   // there (the runtime always; systemd once it re-applied) plus one wrapper.

@@ -196,7 +196,7 @@ AttachedDeviceProgram wrapper_of(const AttachedDeviceProgram& original, const st
   return w;
 }
 
-TEST(PlanV2Repair, AProgramAWrapperBesideItAlreadyRunsIsDetachedNotWrappedAgain) {
+TEST(PlanV2Repair, AProgramAWrapperBesideItRunsIsWrappedAndTheOlderWrapperThenDetached) {
   // systemd on daemon-reload: its previous program was replaced by our wrapper, so it
   // cannot detach that one; it attaches the same program again beside it.
   const std::vector<OciDeviceCgroupRule> spec{kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll)};
@@ -204,37 +204,45 @@ TEST(PlanV2Repair, AProgramAWrapperBesideItAlreadyRunsIsDetachedNotWrappedAgain)
   auto ours = wrapper_of(first, {want(kGpu0)}, 9);
   auto again = program(ProgramOwner::kSystemd, 11, spec);
   auto plan = plan_v2_repair({ours, again}, {want(kGpu0)});
-  EXPECT_TRUE(plan.replace.empty()) << "no second wrapper";
-  ASSERT_EQ(plan.detach.size(), 1u);
-  EXPECT_EQ(plan.detach[0].id, 11u);
-  // Detaching it takes away no restriction the wrapper does not enforce: for every device
-  // but the wanted one the wrapper decides as that program does.
-  for (const DeviceNumber dev : {kNull, kGpu1, DeviceNumber{DeviceType::kChar, 1, 9}, DeviceNumber{DeviceType::kBlock, 8, 0}})
-    for (std::uint8_t access = 1; access <= kAccessAll; ++access)
-      EXPECT_EQ(run_device_program(ours.code, dev, access), run_device_program(again.code, dev, access));
-}
-
-TEST(PlanV2Repair, ADifferentProgramOrAWrapperOfOtherDevicesMeansAWrap) {
-  const std::vector<OciDeviceCgroupRule> spec{kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll)};
-  auto first = program(ProgramOwner::kSystemd, 7, spec);
-  auto ours = wrapper_of(first, {want(kGpu0)}, 9);
-  // A program that differs (one more device allowed) is not the wrapper's to stand for.
-  auto other = program(ProgramOwner::kSystemd, 11, {kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll),
-                                                    allow(DeviceType::kChar, 1, 5, kAccessAll)});
-  auto plan = plan_v2_repair({ours, other}, {want(kGpu0)});
+  // Not detached: the wrapper beside it may be in a re-applier's list of programs to
+  // detach after its attach (runc). It gets a wrapper of its own.
   EXPECT_TRUE(plan.detach.empty());
   ASSERT_EQ(plan.replace.size(), 1u);
   EXPECT_EQ(plan.replace[0].old.id, 11u);
-  // The wanted set changed since the wrapper was made: it no longer adds what is wanted.
-  // The stale wrapper is wrapped again from its original for the new set; the program
-  // with the same instructions beside it is then detached, since the kernel attaches that
-  // one new wrapper only once per cgroup and it runs the very same instructions.
-  auto same = program(ProgramOwner::kSystemd, 12, spec);
-  auto changed = plan_v2_repair({ours, same}, {want(kGpu1)});
-  ASSERT_EQ(changed.replace.size(), 1u);
-  EXPECT_EQ(changed.replace[0].old.id, 9u);
-  ASSERT_EQ(changed.detach.size(), 1u);
-  EXPECT_EQ(changed.detach[0].id, 12u);
+
+  // Next round: two wrappers with the same instructions and devices. The one attached
+  // first goes; the one just attached stays.
+  auto fresh = wrapper_of(again, {want(kGpu0)}, 12);
+  auto next = plan_v2_repair({ours, fresh}, {want(kGpu0)});
+  EXPECT_TRUE(next.replace.empty());
+  ASSERT_EQ(next.detach.size(), 1u);
+  EXPECT_EQ(next.detach[0].id, 9u);
+  // Detaching it takes away no restriction the one staying does not enforce.
+  for (const DeviceNumber dev : {kNull, kGpu0, kGpu1, DeviceNumber{DeviceType::kChar, 1, 9}, DeviceNumber{DeviceType::kBlock, 8, 0}})
+    for (std::uint8_t access = 1; access <= kAccessAll; ++access)
+      EXPECT_EQ(run_device_program(ours.code, dev, access), run_device_program(fresh.code, dev, access));
+  EXPECT_TRUE(plan_v2_repair({fresh}, {want(kGpu0)}).detach.empty()) << "one left: stays";
+}
+
+TEST(PlanV2Repair, WrappersThatDifferAreNotDuplicatesAndTwoIdenticalDenyingProgramsShareOne) {
+  const std::vector<OciDeviceCgroupRule> spec{kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll)};
+  auto first = program(ProgramOwner::kSystemd, 7, spec);
+  auto other = program(ProgramOwner::kSystemd, 8, {kDenyAll, allow(DeviceType::kChar, 1, 5, kAccessAll)});
+  auto a = wrapper_of(first, {want(kGpu0)}, 9);
+  auto b = wrapper_of(other, {want(kGpu0)}, 10);
+  auto c = wrapper_of(first, {want(kGpu0), want(kGpu1, kAccessReadWrite, "nvidia1")}, 11);
+  EXPECT_TRUE(plan_v2_repair({a, b}, {want(kGpu0)}).detach.empty()) << "other instructions";
+  EXPECT_TRUE(plan_v2_repair({a, c}, {want(kGpu0)}).detach.empty()) << "other devices added";
+  // Two denying programs with the same instructions: one wrapper replaces the first, the
+  // second is its twin, detached once the wrapper is in (the kernel attaches one program
+  // once per cgroup); nothing is detached on its own.
+  auto same = program(ProgramOwner::kRuntime, 12, spec);
+  auto both = plan_v2_repair({first, same}, {want(kGpu0)});
+  ASSERT_EQ(both.replace.size(), 1u);
+  EXPECT_EQ(both.replace[0].old.id, 7u);
+  ASSERT_EQ(both.replace[0].twins.size(), 1u);
+  EXPECT_EQ(both.replace[0].twins[0].id, 12u);
+  EXPECT_TRUE(both.detach.empty());
 }
 
 }  // namespace
