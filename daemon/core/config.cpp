@@ -307,6 +307,14 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"events.pod_writes_per_minute",
        [](auto& n, Config& c) { return as_uint(n, c.events.pod_writes_per_minute, 1, 600); }},
+      {"conditions.enabled", [](auto& n, Config& c) {
+         return as_enum(n, c.conditions.enabled,
+                        {{"auto", EventsPolicy::kAuto}, {"true", EventsPolicy::kOn}, {"false", EventsPolicy::kOff}});
+       }},
+      {"conditions.grace", [](auto& n, Config& c) { return as_duration(n, c.conditions.grace, D{0}, D{3600000}); }},
+      {"conditions.resync",
+       [](auto& n, Config& c) { return as_duration(n, c.conditions.resync, D{1000}, D{86400000}); }},
+      {"conditions.readiness_gate", [](auto& n, Config& c) { return as_bool(n, c.conditions.readiness_gate); }},
       {"log.level", [](auto& n, Config& c) {
          if (auto p = as_string(n, c.log.level)) return p;
          static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};

@@ -23,7 +23,8 @@ enum class MetricId : std::uint8_t {
   kCheckpointUnknownDevices, kRemediationHeld, kRemediations, kDevicePluginUp, kDevicePluginLatency,
   kCheckpointLastWrite, kNewestContainerStart, kCheckpointLag, kRevocations, kDeniedOpens,
   kRingBufferDrops, kEventsSent, kEventsDropped, kExposedDevices, kContainersExposed,
-  kEnvVisibleContainers, kCount,
+  kEnvVisibleContainers, kNodeCondition, kStatusWrites, kReadinessGatePods, kPodWatchUp, kPodWatchLists,
+  kPodWatchSkipped, kCount,
 };
 
 namespace {
@@ -189,6 +190,26 @@ const std::vector<MetricFamilySpec> kFamilies = {
     {Id::kEnvVisibleContainers, Type::kGauge, "gpu_devwatch_env_visible_containers",
      "Containers without a GPU allocation whose NVIDIA_VISIBLE_DEVICES names GPUs of this node "
      "(restored only with devices.env_visible: restore).",
+     {}, Series::kAtStart},
+    {Id::kNodeCondition, Type::kGauge, "gpu_devwatch_node_condition",
+     "1 while the node condition is True (the problem is present), as last judged: GPUDeviceAccessDegraded, "
+     "GPUAllocationRecordStale, GPUDevicePluginUnresponsive.",
+     {"condition"}, Series::kOnUse},
+    {Id::kStatusWrites, Type::kCounter, "gpu_devwatch_status_writes_total",
+     "Node condition and pod readiness gate writes (PATCH .../status), by object (node, pod) and result "
+     "(sent, queue_full, unreachable, rejected, credentials); failed writes are retried with back-off.",
+     {"object", "result"}, Series::kOnUse},
+    {Id::kReadinessGatePods, Type::kGauge, "gpu_devwatch_readiness_gate_pods",
+     "Pods on this node that declare the readiness gate gpu-devwatch.io/devices-ready.",
+     {}, Series::kAtStart},
+    {Id::kPodWatchUp, Type::kGauge, "gpu_devwatch_pod_watch_up",
+     "1 while this node's pods are listed and watched (for the readiness gate), 0 while that fails.",
+     {}, Series::kOnUse},
+    {Id::kPodWatchLists, Type::kCounter, "gpu_devwatch_pod_watch_lists_total",
+     "Complete lists of this node's pods: at start, after 410 Gone and after the watch failed.",
+     {}, Series::kAtStart},
+    {Id::kPodWatchSkipped, Type::kCounter, "gpu_devwatch_pod_watch_skipped_total",
+     "Pods or watch events not used: larger than the bounds, malformed, or beyond the gated pods kept.",
      {}, Series::kAtStart},
 };
 
@@ -450,5 +471,16 @@ void Metrics::set_ring_buffer_drops(std::uint64_t total) {
     ring_buffer_drops_seen_ = total;
   }
 }
+
+void Metrics::set_node_condition(const std::string& condition, bool status) {
+  gauges(Id::kNodeCondition).Add({{"condition", condition}}).Set(status ? 1 : 0);
+}
+void Metrics::status_write(const std::string& object, const std::string& result) {
+  counters(Id::kStatusWrites).Add({{"object", object}, {"result", result}}).Increment();
+}
+void Metrics::set_readiness_gate_pods(std::size_t n) { gauge(Id::kReadinessGatePods).Set(static_cast<double>(n)); }
+void Metrics::set_pod_watch_up(bool up) { gauges(Id::kPodWatchUp).Add({}).Set(up ? 1 : 0); }
+void Metrics::pod_watch_lists(std::uint64_t n) { counter(Id::kPodWatchLists).Increment(static_cast<double>(n)); }
+void Metrics::pod_watch_skipped(std::uint64_t n) { counter(Id::kPodWatchSkipped).Increment(static_cast<double>(n)); }
 
 }  // namespace gdw

@@ -137,6 +137,16 @@ class Metrics {
   void event_sent();
   void event_dropped(const std::string& reason);
 
+  // Node conditions and the pod readiness gate (loop thread). condition: one of the three
+  // node condition types; object: node | pod; result: sent | queue_full | unreachable |
+  // rejected | credentials.
+  void set_node_condition(const std::string& condition, bool status);
+  void status_write(const std::string& object, const std::string& result);
+  void set_readiness_gate_pods(std::size_t n);
+  void set_pod_watch_up(bool up);
+  void pod_watch_lists(std::uint64_t n);
+  void pod_watch_skipped(std::uint64_t n);
+
  private:
   // The series of `family` for container `c`, with one more label `extra_name` =
   // `extra_value` when a name is given.

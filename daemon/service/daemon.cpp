@@ -56,6 +56,7 @@ bool same_node_inputs(const Config& running, const Config& fresh) {
   f.daemon = running.daemon;
   f.kubernetes = running.kubernetes;
   f.events = running.events;
+  f.conditions = running.conditions;
   return f == running;
 }
 
@@ -218,6 +219,7 @@ void Daemon::start_node(const Config& config) {
   hooks.requery_nvml = [this] { return maybe_query_nvml(/*force=*/true); };
   hooks.running_containers = [this] { return running_containers(); };
   hooks.on_first_answers = [this] { notify_ready_when_settled(); };
+  hooks.on_faults_changed = [this] { gauges_changed(); };  // node conditions (update_gauges)
   health_ = std::make_unique<NodeHealthMonitor>(config_, *loop_, metrics_, *node_, std::move(hooks));
   // Without these the daemon still repairs from the checkpoint: not fatal.
   if (auto s = health_->start(); !s) log::error("node health checks (PodResources, device plugins) off: " + s.error().message);
@@ -301,9 +303,9 @@ void Daemon::on_cgroup_created(std::uint32_t hierarchy_id, const std::string& pa
 }
 
 void Daemon::start_events() {
-  events_.reset();  // joins the old worker; its in-flight request is aborted
-  events_ = kube::EventReporter::create(config_, *loop_, metrics_);
-  repair_->set_reporting(events_.get(), probe_->loaded());
+  // The old one's threads are joined (requests in flight aborted); its conditions carry over.
+  kube_ = kube::KubeReporting::create(config_, *loop_, metrics_, std::move(kube_));
+  repair_->set_reporting(kube_ ? kube_->events() : nullptr, probe_->loaded());
 }
 
 int run_daemon(const std::string& config_path) {

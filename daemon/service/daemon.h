@@ -31,7 +31,7 @@
 #include "backend/device_access.h"
 #include "core/config.h"
 #include "core/log_once.h"
-#include "kube/event_reporter.h"
+#include "kube/kube_reporting.h"
 #include "metrics/loop_health.h"
 #include "metrics/metrics.h"
 #include "node/node_model.h"
@@ -138,7 +138,8 @@ class Daemon {
   // fallback; dir_created() is idempotent).
   void on_cgroup_created(std::uint32_t hierarchy_id, const std::string& path);
 
-  // Kubernetes Events (re)started with the configuration; the repair loop reports through them.
+  // Kubernetes Events, node conditions and the readiness gate (re)started with the
+  // configuration; the repair loop reports through the events.
   void start_events();
 
   Config config_;
@@ -175,7 +176,7 @@ class Daemon {
   EventSource program_query_timer_;
 
   std::unique_ptr<NvmlRunner> nvml_;
-  std::unique_ptr<kube::EventReporter> events_;  // last: its worker stops first
+  std::unique_ptr<kube::KubeReporting> kube_;  // last: its workers stop first
 };
 
 int run_daemon(const std::string& config_path);

@@ -12,6 +12,27 @@ namespace {
 // Long enough to cover a node-wide re-apply storm's batches, short against a scrape.
 constexpr auto kGaugeDelay = std::chrono::milliseconds(10);
 
+// For the node conditions and the readiness gate (kube/conditions.h): the containers that
+// do not hold their devices now, and the node faults.
+kube::DeviceAccessState device_access_state(const ContainerTable& table, const AllocationIndex& allocations,
+                                            const NodeHealthMonitor* health) {
+  kube::DeviceAccessState s;
+  for (const auto& [dir, w] : table) {
+    const bool missing = w.is_gpu() && !w.repair.missing.empty();
+    const bool unidentified =
+        w.target.kind == TargetKind::kUnidentified && allocations.pod_has_devices(w.cgroup.pod.pod_uid);
+    if (!missing && !unidentified) continue;
+    s.problems.push_back({dir, {w.labels.pod_namespace, w.labels.pod, w.cgroup.pod.pod_uid}, w.labels.container,
+                          missing ? kube::ContainerProblem::Kind::kMissingDevices
+                                  : kube::ContainerProblem::Kind::kUnidentified});
+  }
+  if (health) {
+    s.checkpoint_stale = health->checkpoint_stale();
+    s.unresponsive_plugins = health->unresponsive_plugins();
+  }
+  return s;
+}
+
 }  // namespace
 
 void Daemon::gauges_changed() {
@@ -44,6 +65,7 @@ void Daemon::update_gauges() {
       metrics_.set_device_programs(to_string(owner), n == g.programs.end() ? 0 : n->second);
     }
   }
+  if (kube_) kube_->device_access(device_access_state(containers_, node_->allocations(), health_.get()));
 }
 
 }  // namespace gdw

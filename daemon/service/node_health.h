@@ -42,6 +42,8 @@ struct NodeHealthHooks {
   // Runs once, when the first PodResources call has an outcome (answer or error), after
   // the containers were re-resolved against it.
   std::function<void()> on_first_answers;
+  // Runs when checkpoint_stale() or unresponsive_plugins() changed.
+  std::function<void()> on_faults_changed;
 };
 
 class NodeHealthMonitor {
@@ -58,6 +60,9 @@ class NodeHealthMonitor {
   // PodResources is used, its first outcome. Until then a GPU container only PodResources
   // names is not known as one (READY=1 waits for this).
   bool first_answers_in() const { return !pod_resources_ || !pod_resources_timer_ || pod_resources_answered_; }
+  // The node faults as last judged (node conditions).
+  bool checkpoint_stale() const { return stale_.value_or(false); }
+  std::vector<std::string> unresponsive_plugins() const;
 
  private:
   void poll_pod_resources();
