@@ -102,6 +102,11 @@ void StatusPlanner::written(const PlannedWrite& write, bool delivered, Clock::ti
   if (delivered) it->second.believed = write.status;
 }
 
+void StatusPlanner::abandon_in_flight() {
+  node_.in_flight = false;
+  for (auto& [uid, book] : pods_) book.delivery.in_flight = false;
+}
+
 std::optional<Clock::time_point> StatusPlanner::next_wake(Clock::time_point now) const {
   std::optional<Clock::time_point> next;
   if (!started_) return next;

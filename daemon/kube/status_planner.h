@@ -56,6 +56,8 @@ class StatusPlanner {
   // The writes due now; each is in flight until written() is called for it.
   std::vector<PlannedWrite> plan(Clock::time_point now, WallClock::time_point wall);
   void written(const PlannedWrite& write, bool delivered, Clock::time_point now);
+  // The writes in flight will never have an outcome (their worker is gone): planned again.
+  void abandon_in_flight();
   // When plan() next may have something to do without new input; nullopt: nothing pending.
   std::optional<Clock::time_point> next_wake(Clock::time_point now) const;
 

@@ -92,6 +92,8 @@ Status StatusReporter::attach(EventLoop& loop) {
 
 std::unique_ptr<StatusPlanner> StatusReporter::release() {
   watcher_.reset();
+  take_outcomes();  // the worker is joined: every outcome it had is here
+  if (planner_) planner_->abandon_in_flight();
   return std::move(planner_);
 }
 

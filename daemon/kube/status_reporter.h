@@ -38,7 +38,8 @@ class StatusReporter {
 
   // The daemon's snapshot: the containers without their devices now and the node faults.
   void update(const DeviceAccessState& state);
-  // The planner, for the reporter that replaces this one.
+  // The planner, for the reporter that replaces this one. Call it after the sender's
+  // worker is joined: writes still in flight are then planned again.
   std::unique_ptr<StatusPlanner> release();
 
  private:

@@ -5,6 +5,7 @@
 // the pod's device access and is never written for a pod without it, through a dropped
 // watch; an API server answering 500 or hanging never delays a repair.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
 
@@ -80,6 +81,18 @@ TEST_F(DaemonConditions, DegradedFollowsAnObserveModeRevocationPastTheGrace) {
   EXPECT_NE(degraded.value("message", "").find("ml/trainer-0"), std::string::npos) << degraded.dump();
   EXPECT_EQ(daemon_->metric("gpu_devwatch_node_condition", {{"condition", kDegraded}}), 1);
   EXPECT_EQ(node_->open_errno(*c_, "nvidia0"), EPERM) << "observe mode never writes";
+
+  // A SIGHUP rebuilds the reporter: the condition, its grace clock and its transition
+  // time carry over (no flap to "False" and back).
+  const auto degraded_since = degraded["lastTransitionTime"];
+  const std::size_t writes = api_.requests_to("PATCH", "/api/v1/nodes/").size();
+  daemon_->process().signal(SIGHUP);
+  ASSERT_TRUE(daemon_->process().wait_for_output("SIGHUP: configuration reloaded")) << daemon_->output();
+  std::this_thread::sleep_for(1500ms);
+  auto since_reload = api_.requests_to("PATCH", "/api/v1/nodes/");
+  for (std::size_t i = writes; i < since_reload.size(); ++i)
+    EXPECT_EQ(since_reload[i].body["status"]["conditions"][0]["status"], "True") << since_reload[i].body.dump();
+  EXPECT_EQ(api_.node_conditions()[kDegraded]["lastTransitionTime"], degraded_since);
 
   // Someone else grants it back: no longer missing, "False" again.
   ASSERT_EQ(node_->cgroups().allow(c_->cgroup_rel, "c 195:0 rw"), 0);

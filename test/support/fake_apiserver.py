@@ -247,12 +247,12 @@ def main():
                     return
                 sent = since
                 while True:
+                    if state.drops != drops or mode() != "ok":
+                        return  # cut off (before what came with the cut): the connection just closes
                     for rv, kind, pod in state.history:
                         if rv > sent and pod.get("spec", {}).get("nodeName") == node:
                             self.chunk({"type": kind, "object": pod})
                         sent = max(sent, rv)
-                    if state.drops != drops or mode() != "ok":
-                        return  # cut off: no last chunk, the connection just closes
                     state.cv.wait(0.1)
 
         do_POST = handle_any

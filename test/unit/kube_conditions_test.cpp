@@ -225,6 +225,16 @@ TEST(KubeStatusPlanner, FailedWritesBackOffAndWritesAreSpaced) {
   EXPECT_EQ(p.plan(t + 1s, W0).size(), 1u);
 }
 
+TEST(KubeStatusPlanner, WritesInFlightWhenTheWorkerWentArePlannedAgain) {
+  StatusPlanner p(options());
+  p.set_gated_pods({{{"ml", "a", uid(1)}, std::nullopt}});
+  p.observe(with({}), T0);
+  ASSERT_EQ(p.plan(T0, W0).size(), 2u);
+  EXPECT_TRUE(p.plan(T0 + 5s, W0).empty()) << "both in flight";
+  p.abandon_in_flight();  // SIGHUP: the old worker was joined without their outcomes
+  EXPECT_EQ(p.plan(T0 + 5s, W0).size(), 2u);
+}
+
 TEST(KubeStatusPlanner, NoNodeNameNoNodeWrites) {
   StatusOptions o = options();
   o.node_path = "";
