@@ -1,6 +1,7 @@
 #include "support/fake_apiserver.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -122,6 +123,7 @@ void FakeApiServer::drop_watches() { command({{"drop", true}}); }
 
 std::map<std::string, nlohmann::json> FakeApiServer::node_conditions() const {
   std::map<std::string, nlohmann::json> out;
+  if (!std::filesystem::exists(state_ + "/node.json")) return out;  // no PATCH yet
   auto node = nlohmann::json::parse(read_file(state_ + "/node.json"), nullptr, false);
   if (!node.is_object()) return out;
   for (const auto& c : node["conditions"]) out[c.value("type", "")] = c;
@@ -130,6 +132,7 @@ std::map<std::string, nlohmann::json> FakeApiServer::node_conditions() const {
 
 nlohmann::json FakeApiServer::pod_condition(const std::string& ns, const std::string& name,
                                             const std::string& type) const {
+  if (!std::filesystem::exists(state_ + "/pods.json")) return nullptr;  // no pod yet
   auto pods = nlohmann::json::parse(read_file(state_ + "/pods.json"), nullptr, false);
   if (!pods.is_array()) return nullptr;
   for (const auto& p : pods) {
