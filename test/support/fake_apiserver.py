@@ -111,6 +111,149 @@ def merge_conditions(existing, patch):
     return list(by_type.values())
 
 
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state = None  # set by main(): the server's State
+    args = None   # and its arguments
+    log_lock = threading.Lock()
+
+    def mode(self):
+        if self.args.hang:
+            return "hang"
+        try:
+            with open(os.path.join(self.args.state, "mode")) as f:
+                return f.read().strip() or "ok"
+        except FileNotFoundError:
+            return "ok"
+
+    def log_message(self, *a):
+        pass
+
+    def answer(self, status, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def status(self, code, reason, message):
+        return self.answer(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                  "reason": reason, "message": message, "code": code})
+
+    def handle_any(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length).decode("utf-8", "replace") if length else ""
+        with self.log_lock:
+            with open(self.args.log, "a") as log:
+                log.write(json.dumps({"method": self.command, "path": self.path,
+                                      "authorization": self.headers.get("Authorization", ""),
+                                      "content_type": self.headers.get("Content-Type", ""),
+                                      "body": body}) + "\n")
+        if self.mode() == "hang":
+            while self.mode() == "hang":
+                time.sleep(0.05)
+            self.close_connection = True
+            return
+        if self.mode() == "500":
+            return self.status(500, "InternalError", "injected by the test")
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        if url.path == "/api/v1/pods" and self.command == "GET":
+            return self.watch(query) if query.get("watch") == ["true"] else self.list(query)
+        for pattern, handler in ((EVENTS, self.events), (NODE_STATUS, self.node_status),
+                                 (POD_STATUS, self.pod_status)):
+            m = pattern.match(url.path)
+            if m:
+                return handler(body, *m.groups())
+        return self.status(404, "NotFound", "not found")
+
+    def events(self, body, ns, name):
+        with self.state.cv:
+            if self.command == "POST" and name is None:
+                obj = json.loads(body)
+                self.state.created.add((ns, obj["metadata"]["name"]))
+                return self.answer(201, obj)
+            if self.command == "PATCH" and name is not None:
+                if (ns, name) not in self.state.created:
+                    return self.status(404, "NotFound", f'events "{name}" not found')
+                return self.answer(200, json.loads(body))
+        return self.status(405, "MethodNotAllowed", "method not allowed")
+
+    def node_status(self, body, node):
+        if self.command != "PATCH":
+            return self.status(405, "MethodNotAllowed", "method not allowed")
+        patch = json.loads(body)
+        with self.state.cv:
+            self.state.node["conditions"] = merge_conditions(self.state.node["conditions"],
+                                                        patch.get("status", {}).get("conditions", []))
+            write_json(os.path.join(self.args.state, "node.json"), self.state.node)
+            return self.answer(200, {"kind": "Node", "metadata": {"name": node}, "status": self.state.node})
+
+    def pod_status(self, body, ns, name):
+        patch = json.loads(body)
+        with self.state.cv:
+            pod = self.state.pods.get((ns, name))
+            if pod is None:
+                return self.status(404, "NotFound", f'pods "{name}" not found')
+            uid = patch.get("metadata", {}).get("uid")
+            if uid is not None and uid != pod["metadata"]["uid"]:
+                return self.status(422, "Invalid", "metadata.uid: Invalid value: field is immutable")
+            status = pod.setdefault("status", {})
+            status["conditions"] = merge_conditions(status.get("conditions", []),
+                                                    patch.get("status", {}).get("conditions", []))
+            self.state.record("MODIFIED", pod)
+            return self.answer(200, pod)
+
+    def list(self, query):
+        node = query.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
+        limit = int(query.get("limit", ["0"])[0]) or 1 << 30
+        start = int(query.get("continue", ["0"])[0] or 0)
+        with self.state.cv:
+            pods = [p for p in self.state.pods.values() if p.get("spec", {}).get("nodeName") == node]
+            page = pods[start:start + limit]
+            more = start + limit < len(pods)
+            meta = {"resourceVersion": str(self.state.rv)}
+            if more:
+                meta["continue"] = str(start + limit)
+            return self.answer(200, {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": page})
+
+    def chunk(self, obj):
+        data = (json.dumps(obj) + "\n").encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def watch(self, query):
+        node = query.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        with self.state.cv:
+            drops = self.state.drops
+            if since < self.state.compacted:
+                self.chunk({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                        "message": f"too old resource version: {since}",
+                                                        "reason": "Expired", "code": 410}})
+                self.wfile.write(b"0\r\n\r\n")
+                return
+            sent = since
+            while True:
+                if self.state.drops != drops or self.mode() != "ok":
+                    return  # cut off (before what came with the cut): the connection just closes
+                for rv, kind, pod in self.state.history:
+                    if rv > sent and pod.get("spec", {}).get("nodeName") == node:
+                        self.chunk({"type": kind, "object": pod})
+                    sent = max(sent, rv)
+                self.state.cv.wait(0.1)
+
+    do_POST = handle_any
+    do_PATCH = handle_any
+    do_GET = handle_any
+
+
 def main():
     p = argparse.ArgumentParser()
     for flag in ("--cert", "--key", "--port-file", "--log", "--state"):
@@ -118,147 +261,7 @@ def main():
     p.add_argument("--hang", action="store_true")
     args = p.parse_args()
     state = State(args.state)
-    log_lock = threading.Lock()
-
-    def mode():
-        if args.hang:
-            return "hang"
-        try:
-            with open(os.path.join(args.state, "mode")) as f:
-                return f.read().strip() or "ok"
-        except FileNotFoundError:
-            return "ok"
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *a):
-            pass
-
-        def answer(self, status, obj):
-            data = json.dumps(obj).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def status(self, code, reason, message):
-            return self.answer(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                      "reason": reason, "message": message, "code": code})
-
-        def handle_any(self):
-            length = int(self.headers.get("Content-Length", "0"))
-            body = self.rfile.read(length).decode("utf-8", "replace") if length else ""
-            with log_lock:
-                with open(args.log, "a") as log:
-                    log.write(json.dumps({"method": self.command, "path": self.path,
-                                          "authorization": self.headers.get("Authorization", ""),
-                                          "content_type": self.headers.get("Content-Type", ""),
-                                          "body": body}) + "\n")
-            if mode() == "hang":
-                while mode() == "hang":
-                    time.sleep(0.05)
-                self.close_connection = True
-                return
-            if mode() == "500":
-                return self.status(500, "InternalError", "injected by the test")
-            url = urllib.parse.urlsplit(self.path)
-            query = urllib.parse.parse_qs(url.query)
-            if url.path == "/api/v1/pods" and self.command == "GET":
-                return self.watch(query) if query.get("watch") == ["true"] else self.list(query)
-            for pattern, handler in ((EVENTS, self.events), (NODE_STATUS, self.node_status),
-                                     (POD_STATUS, self.pod_status)):
-                m = pattern.match(url.path)
-                if m:
-                    return handler(body, *m.groups())
-            return self.status(404, "NotFound", "not found")
-
-        def events(self, body, ns, name):
-            with state.cv:
-                if self.command == "POST" and name is None:
-                    obj = json.loads(body)
-                    state.created.add((ns, obj["metadata"]["name"]))
-                    return self.answer(201, obj)
-                if self.command == "PATCH" and name is not None:
-                    if (ns, name) not in state.created:
-                        return self.status(404, "NotFound", f'events "{name}" not found')
-                    return self.answer(200, json.loads(body))
-            return self.status(405, "MethodNotAllowed", "method not allowed")
-
-        def node_status(self, body, node):
-            if self.command != "PATCH":
-                return self.status(405, "MethodNotAllowed", "method not allowed")
-            patch = json.loads(body)
-            with state.cv:
-                state.node["conditions"] = merge_conditions(state.node["conditions"],
-                                                            patch.get("status", {}).get("conditions", []))
-                write_json(os.path.join(args.state, "node.json"), state.node)
-                return self.answer(200, {"kind": "Node", "metadata": {"name": node}, "status": state.node})
-
-        def pod_status(self, body, ns, name):
-            patch = json.loads(body)
-            with state.cv:
-                pod = state.pods.get((ns, name))
-                if pod is None:
-                    return self.status(404, "NotFound", f'pods "{name}" not found')
-                uid = patch.get("metadata", {}).get("uid")
-                if uid is not None and uid != pod["metadata"]["uid"]:
-                    return self.status(422, "Invalid", "metadata.uid: Invalid value: field is immutable")
-                status = pod.setdefault("status", {})
-                status["conditions"] = merge_conditions(status.get("conditions", []),
-                                                        patch.get("status", {}).get("conditions", []))
-                state.record("MODIFIED", pod)
-                return self.answer(200, pod)
-
-        def list(self, query):
-            node = query.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
-            limit = int(query.get("limit", ["0"])[0]) or 1 << 30
-            start = int(query.get("continue", ["0"])[0] or 0)
-            with state.cv:
-                pods = [p for p in state.pods.values() if p.get("spec", {}).get("nodeName") == node]
-                page = pods[start:start + limit]
-                more = start + limit < len(pods)
-                meta = {"resourceVersion": str(state.rv)}
-                if more:
-                    meta["continue"] = str(start + limit)
-                return self.answer(200, {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": page})
-
-        def chunk(self, obj):
-            data = (json.dumps(obj) + "\n").encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-
-        def watch(self, query):
-            node = query.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
-            since = int(query.get("resourceVersion", ["0"])[0] or 0)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            self.close_connection = True
-            with state.cv:
-                drops = state.drops
-                if since < state.compacted:
-                    self.chunk({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                                            "message": f"too old resource version: {since}",
-                                                            "reason": "Expired", "code": 410}})
-                    self.wfile.write(b"0\r\n\r\n")
-                    return
-                sent = since
-                while True:
-                    if state.drops != drops or mode() != "ok":
-                        return  # cut off (before what came with the cut): the connection just closes
-                    for rv, kind, pod in state.history:
-                        if rv > sent and pod.get("spec", {}).get("nodeName") == node:
-                            self.chunk({"type": kind, "object": pod})
-                        sent = max(sent, rv)
-                    state.cv.wait(0.1)
-
-        do_POST = handle_any
-        do_PATCH = handle_any
-        do_GET = handle_any
-
+    Handler.state, Handler.args = state, args
     threading.Thread(target=state.poll_commands, daemon=True).start()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
