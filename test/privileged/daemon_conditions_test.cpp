@@ -199,6 +199,11 @@ TEST_F(DaemonConditions, TheReadinessGateFollowsThePodThroughADroppedWatch) {
 // Each revocation repaired at once (the same bound as the events' tests) while every API
 // call fails or hangs.
 void repairs_stay_prompt(DaemonHarness& daemon, SandboxNode& node, const SandboxContainer& c) {
+  // Startup's own work (giving back startup-only pages after READY) is over first.
+  ASSERT_TRUE(eventually([&] {
+    const std::string out = daemon.output();
+    return out.find("startup-only file pages") != std::string::npos || out.find("keeping startup memory") != std::string::npos;
+  })) << daemon.output();
   for (int i = 0; i < 5; ++i) {
     ASSERT_EQ(node.cgroups().deny(c.cgroup_rel, "c 195:0 rw"), 0);
     const auto start = std::chrono::steady_clock::now();
