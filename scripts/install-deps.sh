@@ -8,12 +8,14 @@
 # apt-get update runs only when something is missing.
 set -euo pipefail
 
-# The daemon and the demo. cmake configures every directory, so what any find_package() or
+# The daemon and the demo (checked on a fresh debootstrap --variant=minbase bookworm with
+# git). cmake configures every directory, so what any find_package() or
 # find_program(... REQUIRED) there asks for is here: the BPF skeleton's clang, llvm-strip
-# (llvm) and bpftool; the libraries; gtest for the demo's support library. libcurl's
-# OpenSSL flavour is the events' and conditions' HTTPS client.
+# (llvm) and bpftool; the libraries; gtest (configured for the tests). libcurl's OpenSSL
+# flavour is the HTTPS client of Events and conditions. g++ and make, not build-essential
+# (dpkg-dev and its perl): the packaging tools come with the full list.
 run_packages=(
-  build-essential cmake pkg-config clang llvm
+  g++ make cmake pkg-config clang llvm
   libbpf-dev bpftool libelf-dev zlib1g-dev
   libsystemd-dev libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev libcivetweb-dev
   libgtest-dev nlohmann-json3-dev
@@ -22,7 +24,7 @@ run_packages=(
 )
 packages=(
   "${run_packages[@]}"
-  libgmock-dev openssl
+  build-essential libgmock-dev openssl
   # fuzzing (libFuzzer + sanitizers for clang 14)
   libfuzzer-14-dev libclang-rt-14-dev
   # tests: real runtimes, real systemd, promtool, helpers
