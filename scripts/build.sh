@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds gpu-devwatch in ./build. Idempotent.
 #   scripts/build.sh            everything: the daemon, every test, the benches
-#   scripts/build.sh TARGET...  only those (scripts/run.sh: gpu-devwatch gdw-demo)
+#   scripts/build.sh TARGET...  only those (scripts/run.sh: first-run, the daemon and the demo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

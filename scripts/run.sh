@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 if [[ $(id -u) -ne 0 ]]; then echo "run.sh: run as root (device cgroups, mknod, BPF)" >&2; exit 2; fi
 
 scripts/install-deps.sh run
-scripts/build.sh gpu-devwatch gdw-demo
+scripts/build.sh first-run  # gpu-devwatch and gdw-demo (test/CMakeLists.txt)
 
 if [[ -d /sys/fs/cgroup/devices/kubepods || -d /sys/fs/cgroup/devices/kubepods.slice ||
       -d /sys/fs/cgroup/kubepods || -d /sys/fs/cgroup/kubepods.slice ]]; then
