@@ -52,6 +52,12 @@ void exercise_every_method(Metrics& m) {
   m.set_ring_buffer_drops(5);
   m.event_sent();
   m.event_dropped("rejected");
+  m.set_node_condition("GPUDeviceAccessDegraded", true);
+  m.status_write("node", "sent");
+  m.set_readiness_gate_pods(2);
+  m.set_pod_watch_up(true);
+  m.pod_watch_lists(1);
+  m.pod_watch_skipped(1);
 }
 
 const char* type_word(MetricType t) {
