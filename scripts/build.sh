@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Configures and builds gpu-devwatch (and its tests) in ./build. Idempotent.
+# Configures and builds gpu-devwatch in ./build. Idempotent.
+#   scripts/build.sh            everything: the daemon, every test, the benches
+#   scripts/build.sh TARGET...  only those (scripts/run.sh: first-run, the daemon and the demo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "$(nproc)"
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+cmake --build build -j "$(nproc)" "${targets[@]}"

@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# Installs the Debian packages gpu-devwatch needs to build, test and run its demo.
+# Installs the Debian packages gpu-devwatch needs.
+#   scripts/install-deps.sh        everything: build, test (scripts/test.sh), fuzz, package
+#   scripts/install-deps.sh run    only what scripts/run.sh needs: build the daemon and the
+#                                  demo (which links the test support library, hence gtest)
+#                                  and run them
 # Idempotent and non-interactive: packages already present are not touched, and
 # apt-get update runs only when something is missing.
 set -euo pipefail
 
-packages=(
-  # build
-  build-essential cmake pkg-config clang llvm
+# The daemon and the demo (checked on a fresh debootstrap --variant=minbase bookworm with
+# git). cmake configures every directory, so what any find_package() or
+# find_program(... REQUIRED) there asks for is here: the BPF skeleton's clang, llvm-strip
+# (llvm) and bpftool; the libraries; gtest (configured for the tests). libcurl's OpenSSL
+# flavour is the HTTPS client of Events and conditions. g++ and make, not build-essential
+# (dpkg-dev and its perl): the packaging tools come with the full list.
+run_packages=(
+  g++ make cmake pkg-config clang llvm
   libbpf-dev bpftool libelf-dev zlib1g-dev
   libsystemd-dev libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev libcivetweb-dev
-  libgtest-dev libgmock-dev nlohmann-json3-dev
+  libgtest-dev nlohmann-json3-dev
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
-  libcurl4-openssl-dev libssl-dev libcrypt-dev openssl
+  libcurl4-openssl-dev libssl-dev libcrypt-dev
+)
+packages=(
+  "${run_packages[@]}"
+  build-essential libgmock-dev openssl
   # fuzzing (libFuzzer + sanitizers for clang 14)
   libfuzzer-14-dev libclang-rt-14-dev
   # tests: real runtimes, real systemd, promtool, helpers
@@ -21,6 +34,11 @@ packages=(
   umoci dpkg-dev
   util-linux iproute2 procps curl
 )
+case "${1:-all}" in
+  run) packages=("${run_packages[@]}") ;;
+  all) ;;
+  *) echo "usage: install-deps.sh [run|all]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

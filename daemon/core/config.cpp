@@ -51,6 +51,12 @@ const ConfigKey kKeys[] = {
     key("cgroup.version", &C::cgroup, &C::Cgroup::version,
         cv::OneOf<CgroupVersion>{{{"auto", CgroupVersion::kAuto}, {"v1", CgroupVersion::kV1},
                                   {"v2", CgroupVersion::kV2}}}),
+    key("conditions.enabled", &C::conditions, &C::Conditions::enabled,
+        cv::OneOf<EventsPolicy>{{{"auto", EventsPolicy::kAuto}, {"true", EventsPolicy::kOn},
+                                 {"false", EventsPolicy::kOff}}}),
+    key("conditions.grace", &C::conditions, &C::Conditions::grace, cv::Period{D{0}, D{3600000}}),
+    key("conditions.readiness_gate", &C::conditions, &C::Conditions::readiness_gate, cv::Flag{}),
+    key("conditions.resync", &C::conditions, &C::Conditions::resync, cv::Period{D{1000}, D{86400000}}),
     key("daemon.event_loop_slice_us", &C::daemon, &C::Daemon::event_loop_slice_us,
         cv::ZeroOrCount{100, 100000}),  // EEVDF clamps a slice to 100 us .. 100 ms; 0: its default
     key("daemon.program_query_interval", &C::daemon, &C::Daemon::program_query_interval, cv::Period{D{100}, D{3600000}}),

@@ -171,6 +171,17 @@ struct Config {
     bool operator==(const Events&) const = default;
   } events;
 
+  // Node conditions (node-problem-detector conventions) and the pod readiness gate
+  // gpu-devwatch.io/devices-ready, written to the API server named by `kubernetes`.
+  struct Conditions {
+    EventsPolicy enabled = EventsPolicy::kAuto;  // auto: on when an API server is known
+    // How long a GPU container may miss allocated devices before it counts.
+    Duration grace{10000};
+    Duration resync{300000};  // every condition re-asserted this often
+    bool readiness_gate = true;  // list/watch this node's pods for the gate
+    bool operator==(const Conditions&) const = default;
+  } conditions;
+
   struct Log {
     std::string level = "info";
     bool operator==(const Log&) const = default;

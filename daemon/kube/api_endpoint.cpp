@@ -1,8 +1,10 @@
 #include "kube/api_endpoint.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -17,6 +19,13 @@ std::optional<std::string> api_server_url(const std::string& configured, const c
   if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
   const std::string port = service_port && *service_port ? service_port : "443";
   return "https://" + host + ":" + port;
+}
+
+std::string node_name() {
+  if (const char* env = std::getenv("NODE_NAME"); env && *env) return env;
+  char host[256] = "";
+  if (::gethostname(host, sizeof host - 1) != 0) return "";
+  return host;
 }
 
 Result<std::string> parse_token(const std::string& content) {

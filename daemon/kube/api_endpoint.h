@@ -43,6 +43,10 @@ class TokenFile {
   std::chrono::steady_clock::time_point read_at_{};
 };
 
+// This node's name: NODE_NAME (the DaemonSet passes spec.nodeName through the downward
+// API), else the host name.
+std::string node_name();
+
 // Token file content to the header value's token: surrounding whitespace dropped; empty or
 // containing characters an HTTP header cannot carry: an error.
 Result<std::string> parse_token(const std::string& content);

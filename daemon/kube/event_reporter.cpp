@@ -9,18 +9,6 @@
 #include "log/log.h"
 
 namespace gdw::kube {
-namespace {
-
-std::string node_name() {
-  // The DaemonSet passes spec.nodeName through the downward API.
-  if (const char* env = std::getenv("NODE_NAME"); env && *env) return env;
-  char host[256] = "";
-  if (::gethostname(host, sizeof host - 1) != 0) return "";
-  return host;
-}
-
-}  // namespace
-
 std::optional<ApiEndpoint> events_endpoint(const Config& config, std::string& why) {
   if (config.events.enabled == EventsPolicy::kOff) {
     why = "events.enabled: false";
@@ -35,39 +23,28 @@ std::optional<ApiEndpoint> events_endpoint(const Config& config, std::string& wh
   return ApiEndpoint{*server, config.kubernetes.token_file, config.kubernetes.ca_file};
 }
 
-std::unique_ptr<EventReporter> EventReporter::create(const Config& config, EventLoop& loop, Metrics& metrics) {
-  std::string why;
-  auto endpoint = events_endpoint(config, why);
-  if (!endpoint) {
-    if (config.events.enabled == EventsPolicy::kOn) {
-      log::error("Kubernetes events off although events.enabled is true: " + why);
-    } else {
-      log::info("Kubernetes events off: " + why);
-    }
-    return nullptr;
-  }
-  std::unique_ptr<EventReporter> r(new EventReporter(config, *endpoint, loop, metrics));
+std::unique_ptr<EventReporter> EventReporter::create(const Config& config, const ApiEndpoint& endpoint,
+                                                     EventLoop& loop, Metrics& metrics, EventSender& sender) {
+  std::unique_ptr<EventReporter> r(new EventReporter(config, endpoint, metrics, sender));
   if (auto s = r->attach(loop); !s) {
     log::error("Kubernetes events off: " + s.error().message);
     return nullptr;
   }
-  log::info("Kubernetes events to " + endpoint->server + " (at most " +
+  log::info("Kubernetes events to " + endpoint.server + " (at most " +
             std::to_string(config.events.pod_writes_per_minute) + " API writes per pod per minute)");
   return r;
 }
 
-EventReporter::EventReporter(const Config& config, ApiEndpoint endpoint, EventLoop& loop, Metrics& metrics)
+EventReporter::EventReporter(const Config& config, const ApiEndpoint& endpoint, Metrics& metrics,
+                             EventSender& sender)
     : metrics_(metrics),
       loop_metrics_(metrics),
       aggregator_(AggregatorOptions{.writes_per_minute = config.events.pod_writes_per_minute,
                                     .source = ReportingSource{"gpu-devwatch", node_name()}}),
-      server_(endpoint.server) {
-  sender_ = std::make_unique<EventSender>(std::move(endpoint), EventSender::Options{},
-                                          [this](SendOutcome o, const std::string& d) { on_outcome(o, d); });
-}
+      server_(endpoint.server),
+      sender_(sender) {}
 
 EventReporter::~EventReporter() {
-  sender_.reset();  // joins the worker: nothing calls on_outcome() after this
   wake_source_ = gdw::EventSource();
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
@@ -102,7 +79,7 @@ void EventReporter::report(Cause cause, const IncidentFacts& facts) {
 
 void EventReporter::send(std::vector<EventWrite> writes) {
   for (auto& w : writes)
-    if (!sender_->enqueue(std::move(w))) metrics_.event_dropped("queue_full");
+    if (!sender_.enqueue(std::move(w))) metrics_.event_dropped("queue_full");
 }
 
 void EventReporter::schedule_flush() {

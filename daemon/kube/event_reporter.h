@@ -1,5 +1,6 @@
 // Kubernetes Events from the daemon's event loop: incidents go through the aggregator
-// (kubelet-style counts, a per-pod write budget) to the sender's worker thread. Nothing
+// (kubelet-style counts, a per-pod write budget) to the sender's worker thread (shared with
+// the status writes: kube_reporting.h owns it). Nothing
 // here waits on the network: a write that finds the queue full, the API server down or the
 // credentials missing is dropped and counted (gpu_devwatch_events_dropped_total{reason}).
 #pragma once
@@ -25,19 +26,22 @@ std::optional<ApiEndpoint> events_endpoint(const Config& config, std::string& wh
 
 class EventReporter {
  public:
-  // nullptr when events are off (logged once, with the reason).
-  static std::unique_ptr<EventReporter> create(const Config& config, EventLoop& loop, Metrics& metrics);
+  // Writes through `sender` (which must outlive it, and whose event outcomes must reach
+  // on_outcome()); nullptr when the loop refuses its sources (logged).
+  static std::unique_ptr<EventReporter> create(const Config& config, const ApiEndpoint& endpoint, EventLoop& loop,
+                                               Metrics& metrics, EventSender& sender);
   ~EventReporter();
 
   void report(Cause cause, const IncidentFacts& facts);
+  // The sender's worker thread, after each event write.
+  void on_outcome(SendOutcome outcome, const std::string& detail);
 
  private:
-  EventReporter(const Config& config, ApiEndpoint endpoint, EventLoop& loop, Metrics& metrics);
+  EventReporter(const Config& config, const ApiEndpoint& endpoint, Metrics& metrics, EventSender& sender);
   Status attach(EventLoop& loop);
   void send(std::vector<EventWrite> writes);
   void schedule_flush();
-  void on_outcome(SendOutcome outcome, const std::string& detail);  // worker thread
-  void log_outcomes();                                              // loop thread
+  void log_outcomes();  // loop thread
 
   EventMetrics metrics_;
   DaemonMetrics loop_metrics_;
@@ -50,7 +54,7 @@ class EventReporter {
   std::mutex mu_;
   SendOutcome last_outcome_ = SendOutcome::kSent;
   std::vector<std::pair<SendOutcome, std::string>> changes_;
-  std::unique_ptr<EventSender> sender_;  // last: its worker stops before the rest goes
+  EventSender& sender_;
 };
 
 }  // namespace gdw::kube

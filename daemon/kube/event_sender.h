@@ -1,6 +1,8 @@
-// Sends event writes to the API server from one worker thread (libcurl, TLS verified against
-// the CA file) so that the event loop never waits on the network: the loop only appends
-// to a bounded queue, and a full queue drops the write (counted by the caller).
+// Sends the daemon's API writes from one worker thread (kube/api_transport.h: libcurl, TLS
+// verified against the CA file) so that the event loop never waits on the network: the
+// loop only appends to a bounded queue, and a full queue refuses the write (counted by the
+// caller). Two lanes: status PATCHes (node conditions, the pod readiness gate: few, and
+// each retried by its owner) go before Event writes (dropped when they fail).
 #pragma once
 
 #include <atomic>
@@ -13,6 +15,7 @@
 #include <thread>
 
 #include "kube/api_endpoint.h"
+#include "kube/api_transport.h"
 #include "kube/event_aggregator.h"
 
 namespace gdw::kube {
@@ -26,14 +29,24 @@ enum class SendOutcome {
 // The gpu_devwatch_events_dropped_total reason of a failed outcome.
 const char* drop_reason(SendOutcome outcome);
 
+// A strategic-merge PATCH of a status subresource (node conditions, a pod's condition).
+struct StatusWrite {
+  std::string path;  // /api/v1/nodes/<node>/status, /api/v1/namespaces/<ns>/pods/<pod>/status
+  std::string body;
+  // Called on the worker thread with the outcome, the HTTP status (0: none) and why a
+  // write failed (never the token).
+  std::function<void(SendOutcome, long http_status, const std::string& detail)> done;
+};
+
 class EventSender {
  public:
-  // Called on the worker thread after each write; `detail` says why a write failed (curl's
-  // error or the API server's status), never the token.
+  // Called on the worker thread after each event write; `detail` says why a write failed
+  // (curl's error or the API server's status), never the token.
   using OnOutcome = std::function<void(SendOutcome, const std::string& detail)>;
 
   struct Options {
-    std::size_t queue_capacity = 256;
+    std::size_t queue_capacity = 256;  // event writes waiting
+    std::size_t status_capacity = 64;  // status writes waiting
     std::chrono::milliseconds connect_timeout{2000};
     std::chrono::milliseconds request_timeout{5000};
   };
@@ -45,19 +58,32 @@ class EventSender {
 
   // False when the queue is full: the write is dropped.
   bool enqueue(EventWrite write);
+  // False when the status lane is full: `done` is not called.
+  bool enqueue_status(StatusWrite write);
 
  private:
+  struct Job {
+    bool status = false;
+    EventWrite event;
+    StatusWrite patch;
+  };
   void run();
   SendOutcome send(const EventWrite& w, std::string& detail);
+  SendOutcome send_status(const StatusWrite& w, long& http_status, std::string& detail);
+  ApiResponse perform(const char* method, const std::string& path, const std::string& body, const char* type,
+                      const std::string& token);
+  static SendOutcome judge(const ApiResponse& r, const char* method, const std::string& path, std::string& detail);
 
   ApiEndpoint endpoint_;
   Options options_;
   OnOutcome on_outcome_;
   TokenFile token_;
+  ApiTransport transport_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<EventWrite> queue_;
-  std::atomic<bool> stop_{false};
+  std::deque<StatusWrite> status_queue_;
+  bool stop_ = false;
   std::thread worker_;
 };
 

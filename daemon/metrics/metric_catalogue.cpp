@@ -165,6 +165,26 @@ const std::vector<MetricFamilySpec> kFamilies = {
      "Containers without a GPU allocation whose NVIDIA_VISIBLE_DEVICES names GPUs of this node "
      "(restored only with devices.env_visible: restore).",
      {}, Series::kAtStart},
+    {Id::kNodeCondition, Type::kGauge, "gpu_devwatch_node_condition",
+     "1 while the node condition is True (the problem is present), as last judged: GPUDeviceAccessDegraded, "
+     "GPUAllocationRecordStale, GPUDevicePluginUnresponsive.",
+     {"condition"}, Series::kOnUse},
+    {Id::kStatusWrites, Type::kCounter, "gpu_devwatch_status_writes_total",
+     "Node condition and pod readiness gate writes (PATCH .../status), by object (node, pod) and result "
+     "(sent, queue_full, unreachable, rejected, credentials); failed writes are retried with back-off.",
+     {"object", "result"}, Series::kOnUse},
+    {Id::kReadinessGatePods, Type::kGauge, "gpu_devwatch_readiness_gate_pods",
+     "Pods on this node that declare the readiness gate gpu-devwatch.io/devices-ready.",
+     {}, Series::kAtStart},
+    {Id::kPodWatchUp, Type::kGauge, "gpu_devwatch_pod_watch_up",
+     "1 while this node's pods are listed and watched (for the readiness gate), 0 while that fails.",
+     {}, Series::kOnUse},
+    {Id::kPodWatchLists, Type::kCounter, "gpu_devwatch_pod_watch_lists_total",
+     "Complete lists of this node's pods: at start, after 410 Gone and after the watch failed.",
+     {}, Series::kAtStart},
+    {Id::kPodWatchSkipped, Type::kCounter, "gpu_devwatch_pod_watch_skipped_total",
+     "Pods or watch events not used: larger than the bounds, malformed, or beyond the gated pods kept.",
+     {}, Series::kAtStart},
 };
 
 }  // namespace

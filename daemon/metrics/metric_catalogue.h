@@ -1,7 +1,8 @@
 // The catalogue of every Prometheus metric gpu-devwatch exports, as data: one row per
 // family (name, type, help, label names), in metric_catalogue.cpp. Metrics registers them;
 // each part of the daemon sets its own through a small typed view (repair_metrics.h,
-// probe_metrics.h, health_metrics.h, node_metrics.h, daemon_metrics.h, event_metrics.h).
+// probe_metrics.h, health_metrics.h, node_metrics.h, daemon_metrics.h, event_metrics.h,
+// status_metrics.h).
 // Per-container series carry namespace/pod/container labels (a node has at most a few
 // hundred pods) and are removed when the container goes away; every other label takes
 // values from a bounded set.
@@ -27,7 +28,8 @@ enum class MetricId : std::uint8_t {
   kCheckpointUnknownDevices, kRemediationHeld, kRemediations, kDevicePluginUp, kDevicePluginLatency,
   kCheckpointLastWrite, kNewestContainerStart, kCheckpointLag, kRevocations, kDeniedOpens,
   kRingBufferDrops, kEventsSent, kEventsDropped, kExposedDevices, kContainersExposed,
-  kEnvVisibleContainers, kCount,
+  kEnvVisibleContainers, kNodeCondition, kStatusWrites, kReadinessGatePods, kPodWatchUp, kPodWatchLists,
+  kPodWatchSkipped, kCount,
 };
 
 // One metric family, as data. Adding a metric: an Id, a row, and the view method that sets it.

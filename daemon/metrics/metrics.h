@@ -54,6 +54,7 @@ class Metrics {
   friend class NodeMetrics;
   friend class DaemonMetrics;
   friend class EventMetrics;
+  friend class StatusMetrics;
 
   // A registered family by MetricId: the family of its type and, for an unlabeled one
   // made at start, that series (kept: prometheus-cpp's Add() allocates on every call).

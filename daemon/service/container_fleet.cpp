@@ -114,7 +114,7 @@ Status ContainerFleet::start_timers() {
 
 void ContainerFleet::apply_probe_config() {
   probe_.apply_config();
-  repair_.set_reporting(events_, probe_.loaded());
+  repair_.set_reporting(kube_ ? kube_->events() : nullptr, probe_.loaded());
   read_probe_on_loop();
 }
 
@@ -130,9 +130,10 @@ void ContainerFleet::read_probe_on_loop() {
   probe_source_ = std::move(*src);
 }
 
-void ContainerFleet::set_reporting(kube::EventReporter* events) {
-  events_ = events;
-  repair_.set_reporting(events_, probe_.loaded());
+void ContainerFleet::set_reporting(kube::KubeReporting* kube) {
+  kube_ = kube;
+  repair_.set_reporting(kube_ ? kube_->events() : nullptr, probe_.loaded());
+  if (kube_) update_gauges();  // the new reporter starts from the containers as they are
 }
 
 void ContainerFleet::set_access(std::unique_ptr<DeviceAccess> access) {
@@ -486,9 +487,10 @@ void ContainerFleet::gauges_changed() {
 }
 
 void ContainerFleet::update_gauges() {
-  const GaugeCounts counts = count_gauges(containers_, node_.merged(), node_.allocations());
+  GaugeCounts counts = count_gauges(containers_, node_.merged(), node_.allocations());
   gauges_.report(counts, node_, access_ && access_->policy_in_programs());
   probe_.maintain_syscall_hook(counts.missing > 0);
+  if (kube_) kube_->container_problems(std::move(counts.problems));
 }
 
 std::vector<RunningContainer> ContainerFleet::running_containers() const {

@@ -20,7 +20,7 @@
 #include "backend/device_access.h"
 #include "core/config.h"
 #include "core/repair_plan.h"
-#include "kube/event_reporter.h"
+#include "kube/kube_reporting.h"
 #include "metrics/daemon_metrics.h"
 #include "metrics/node_metrics.h"
 #include "node/node_model.h"
@@ -49,7 +49,7 @@ class ContainerFleet final : public ContainerLister {
   // and checked from then on.
   void set_access(std::unique_ptr<DeviceAccess> access);
   bool has_access() const { return access_ != nullptr; }
-  void set_reporting(kube::EventReporter* events);
+  void set_reporting(kube::KubeReporting* kube);
   // SIGHUP with the node's inputs unchanged: the probe takes its new settings.
   void apply_probe_config();
 
@@ -114,7 +114,9 @@ class ContainerFleet final : public ContainerLister {
   RepairLoop repair_;
   SystemdPersistence persistence_;
   FleetGauges gauges_;
-  kube::EventReporter* events_ = nullptr;  // Kubernetes Events, when on (the daemon's)
+  // Kubernetes Events, node conditions and the readiness gate, when on (the daemon's):
+  // repairs are reported there, and after each gauge count which containers miss devices.
+  kube::KubeReporting* kube_ = nullptr;
   std::unique_ptr<DeviceAccess> access_;  // the node's device policy (v1 or v2), once located
   // The hierarchy id cgroup_mkdir reports for the tree (cgroup2 is 0).
   std::optional<std::uint32_t> tree_hierarchy_id_;

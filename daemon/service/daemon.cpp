@@ -46,7 +46,7 @@ bool reload_metrics_access(Metrics& metrics, const Config& running, const Config
 }
 
 // Whether `fresh` differs from `running` only in what a reload applies in place (log level,
-// metrics access, timers' pace, Kubernetes Events). Everything else (paths, mode, repair
+// metrics access, timers' pace, Kubernetes Events and conditions). Everything else (paths, mode, repair
 // guard, probe, device policy) built the node model, the container table, their watches and
 // the probe's cgroup set: a change there starts them over. Sections are compared whole, so
 // a key added later restarts them until it is listed here.
@@ -57,6 +57,7 @@ bool same_node_inputs(const Config& running, const Config& fresh) {
   f.daemon = running.daemon;
   f.kubernetes = running.kubernetes;
   f.events = running.events;
+  f.conditions = running.conditions;
   return f == running;
 }
 
@@ -70,6 +71,10 @@ BundleRefreshDepth bundle_refresh_depth(std::string_view reason) {
 }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void report_node_faults(kube::KubeReporting* kube, const NodeHealthMonitor* health) {
+  if (kube && health) kube->node_faults(health->checkpoint_stale(), health->unresponsive_plugins());
+}
 
 }  // namespace
 
@@ -189,7 +194,7 @@ Status Daemon::start_node() {
   inputs_source_ = std::move(*src);
   fleet_ = std::make_unique<ContainerFleet>(config_, RepairSettings::from(config_), *loop_, metrics_, inputs_->model());
   if (auto s = fleet_->start(); !s) return s;
-  if (events_) fleet_->set_reporting(events_.get());
+  if (kube_) fleet_->set_reporting(kube_.get());
   health_ = std::make_unique<NodeHealthMonitor>(config_, *loop_, metrics_, inputs_->model(), *fleet_, *nvml_,
                                                 [this](HealthChange change) { on_health_change(change); });
   // Without these the daemon still repairs from the checkpoint: not fatal.
@@ -273,6 +278,7 @@ void Daemon::on_nvml_answer(std::optional<NvmlAnswer> answer, Clock::time_point 
 void Daemon::on_health_change(HealthChange change) {
   if (change == HealthChange::kAllocations) fleet_->reresolve_all();
   if (change == HealthChange::kFirstAnswers) notify_ready_when_settled();
+  if (change == HealthChange::kFaults) report_node_faults(kube_.get(), health_.get());
 }
 
 void Daemon::notify_ready_when_settled() {
@@ -290,9 +296,10 @@ void Daemon::notify_ready_when_settled() {
 }
 
 void Daemon::start_events() {
-  events_.reset();  // joins the old worker; its in-flight request is aborted
-  events_ = kube::EventReporter::create(config_, *loop_, metrics_);
-  fleet_->set_reporting(events_.get());
+  // The old one's threads are joined (requests in flight aborted) before the new one starts.
+  kube_ = kube::KubeReporting::create(config_, *loop_, metrics_, std::move(kube_));
+  report_node_faults(kube_.get(), health_.get());
+  fleet_->set_reporting(kube_.get());
 }
 
 int run_daemon(const std::string& config_path) {

@@ -9,7 +9,8 @@
 //   NodeHealthMonitor (node_health_monitor.h)  PodResources, device plugins, a stale
 //                                         checkpoint
 //   NvmlRunner (nvml_runner.h)            NVML in a child process
-//   kube::EventReporter                   Kubernetes Events
+//   kube::KubeReporting                   Kubernetes Events, node conditions, the pod
+//                                         readiness gate
 // A full resync (startup, periodic, SIGHUP, SIGUSR1, lost events) reads every input again
 // and hands the tree to the fleet.
 #pragma once
@@ -20,7 +21,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "kube/event_reporter.h"
+#include "kube/kube_reporting.h"
 #include "metrics/loop_health.h"
 #include "metrics/metrics.h"
 #include "service/container_fleet.h"
@@ -56,7 +57,8 @@ class Daemon {
   void on_health_change(HealthChange change);
   // Sends READY=1 (once) when the first full pass is done and every allocation record is in.
   void notify_ready_when_settled();
-  // Kubernetes Events (re)started with the configuration; the fleet reports through them.
+  // Kubernetes Events, node conditions and the readiness gate (re)started with the
+  // configuration (a SIGHUP's carries the conditions' memory over); the fleet reports there.
   void start_events();
 
   Config config_;
@@ -72,7 +74,7 @@ class Daemon {
   EventSource inputs_source_;
   std::unique_ptr<ContainerFleet> fleet_;          // refers to inputs_' model
   std::unique_ptr<NodeHealthMonitor> health_;      // refers to inputs_, fleet_, nvml_
-  std::unique_ptr<kube::EventReporter> events_;    // last: its worker stops first
+  std::unique_ptr<kube::KubeReporting> kube_;      // last: its workers stop first
   bool ready_notified_ = false;  // READY=1 sent
 };
 

@@ -123,7 +123,16 @@ void NodeHealthMonitor::on_plugins() {
   }
   for (const auto& [socket, up] : plugin_up_)
     if (!now.count(socket)) metrics_.forget_device_plugin(socket);
+  const bool changed = now != plugin_up_;
   plugin_up_ = std::move(now);
+  if (changed) changed_(HealthChange::kFaults);
+}
+
+std::vector<std::string> NodeHealthMonitor::unresponsive_plugins() const {
+  std::vector<std::string> down;
+  for (const auto& [socket, up] : plugin_up_)
+    if (!up) down.push_back(socket);
+  return down;
 }
 
 void NodeHealthMonitor::checkpoint_or_inventory_changed() { judge(); }
@@ -151,6 +160,7 @@ void NodeHealthMonitor::judge(int depth) {
       log::info("kubelet checkpoint describes this host again");
     }
     stale_ = report.stale;
+    changed_(HealthChange::kFaults);
   }
   if (std::string key = stale_evidence_key(report); key != watch_.evidence) {
     // New evidence: confirmed from the start, against an inventory newer than it.

@@ -41,6 +41,7 @@ class ContainerLister {
 enum class HealthChange {
   kAllocations,   // a PodResources answer (or an inventory re-read of ours) changed what containers resolve to
   kFirstAnswers,  // the first PodResources call has an outcome (answer or error), once
+  kFaults,        // checkpoint_stale() or unresponsive_plugins() changed (node conditions)
 };
 
 class NodeHealthMonitor {
@@ -62,6 +63,9 @@ class NodeHealthMonitor {
   bool first_answers_in() const {
     return !gatherer_ || !gatherer_->asks_pod_resources() || !pod_resources_timer_ || pod_resources_answered_;
   }
+  // The node faults as last judged (node conditions).
+  bool checkpoint_stale() const { return stale_.value_or(false); }
+  std::vector<std::string> unresponsive_plugins() const;
 
  private:
   void poll_pod_resources();

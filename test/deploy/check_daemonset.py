@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """Checks deploy/kubernetes/daemonset.yaml against what the daemon needs on a node.
 
-usage: check_daemonset.py SOURCE_DIR
+usage: check_daemonset.py SOURCE_DIR [--self-test]
 
 Without a cluster nothing validates the manifests against the API schema; this checks what
 a schema would not: that the objects reference each other correctly, that the embedded
 configuration only uses keys config/gpu-devwatch.yaml documents, and that every host path
 the daemon reads or writes under that configuration is mounted into the container at the
 path the configuration names, onto the same host path as on a systemd install, writable
-only where the daemon writes.
+only where the daemon writes, and that its ServiceAccount is granted exactly what the
+features on in that configuration need (--self-test: and that broader grants are caught).
 
 Exits 77 (a skip for CTest) when PyYAML is not installed.
 """
+import copy
 import pathlib
 import re
 import posixpath
@@ -25,8 +27,16 @@ except ImportError:
 
 CAPABILITIES = {"SYS_ADMIN", "BPF", "PERFMON", "DAC_READ_SEARCH", "SYS_PTRACE"}
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
-# Kubernetes Events are all the daemon asks of the API server: create, and patch a repeat's count.
-EVENTS_RULES = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}]
+# What each feature asks of the API server, one ClusterRole each, exactly these rules:
+# Events (create, and patch a repeat's count), the node conditions (a strategic merge patch
+# of nodes/status), the readiness gate (this node's pods listed and watched, their status
+# patched). Nothing broader: no get, no update, no other resource, no wildcard.
+ROLES = {
+    "gpu-devwatch-events": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}],
+    "gpu-devwatch-node-conditions": [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}],
+    "gpu-devwatch-readiness-gate": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+                                    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}],
+}
 
 
 def flatten(node, prefix=""):
@@ -57,7 +67,7 @@ class Checker:
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         raise SystemExit(__doc__)
     root = pathlib.Path(sys.argv[1])
     c = Checker()
@@ -146,6 +156,8 @@ def main():
                      f"configuration key {key}: {type(value).__name__}, documented as {type(defaults[key]).__name__}")
     effective = dict(defaults, **given)
     check_rbac(c, by_kind, pod, ctr, namespace, effective)
+    if "--self-test" in sys.argv and set(ROLES) <= wanted_roles(effective):
+        c.errors += self_test_rbac(by_kind, pod, ctr, namespace, effective)
     # As the daemon does: kubelet paths the file does not name live under kubelet.root_dir.
     for key, under_root in (("kubelet.checkpoint", "device-plugins/kubelet_internal_checkpoint"),
                             ("kubelet.pod_resources_socket", "pod-resources/kubelet.sock"),
@@ -226,34 +238,77 @@ def main():
     return report(c, f"{len(docs)} objects; {len(needs)} host paths mounted as the configuration needs")
 
 
+def wanted_roles(effective):
+    """The ClusterRoles the configuration needs (conditions and events: auto counts as on)."""
+    events = str(effective.get("events.enabled", "auto")) != "false"
+    conditions = str(effective.get("conditions.enabled", "auto")) != "false"
+    gate = conditions and effective.get("conditions.readiness_gate", True) is not False
+    return {name for name, on in (("gpu-devwatch-events", events), ("gpu-devwatch-node-conditions", conditions),
+                                  ("gpu-devwatch-readiness-gate", gate)) if on}
+
+
 def check_rbac(c, by_kind, pod, ctr, namespace, effective):
-    """The ServiceAccount may create and patch events and nothing more; its token is mounted
-    only when events are on."""
+    """The ServiceAccount is granted exactly what the features on in the configuration need,
+    one ClusterRole each; its token is mounted only when one is on."""
     sa = by_kind["ServiceAccount"][0]["metadata"]["name"]
-    events_on = str(effective.get("events.enabled", "auto")) != "false"
+    wanted = wanted_roles(effective)
     c.expect(not by_kind.get("Role") and not by_kind.get("RoleBinding"), "no namespaced Role/RoleBinding expected")
-    roles = by_kind.get("ClusterRole", [])
+    roles = {r["metadata"]["name"]: r for r in by_kind.get("ClusterRole", [])}
     bindings = by_kind.get("ClusterRoleBinding", [])
-    if not events_on:
-        c.expect(pod.get("automountServiceAccountToken") is False, "events are off but the pod mounts an API token")
-        c.expect(not roles and not bindings, "events are off but the ServiceAccount is granted a ClusterRole")
-        return
-    c.expect(pod.get("automountServiceAccountToken") is True,
-             "events are on: the pod must mount its ServiceAccount token (automountServiceAccountToken: true)")
-    if not c.expect(len(roles) == 1 and len(bindings) == 1, "expected exactly one ClusterRole and one ClusterRoleBinding"):
-        return
-    role, binding = roles[0], bindings[0]
-    rules = [{k: sorted(v) for k, v in rule.items()} for rule in role.get("rules", [])]
-    c.expect(rules == EVENTS_RULES, f"ClusterRole {role['metadata']['name']} grants {rules}, not exactly {EVENTS_RULES}")
-    c.expect(not role.get("aggregationRule"), "the ClusterRole must not aggregate other roles")
-    c.expect(binding.get("roleRef") == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                        "name": role["metadata"]["name"]},
-             "ClusterRoleBinding does not bind the events ClusterRole")
-    c.expect(binding.get("subjects") == [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
-             f"ClusterRoleBinding must bind only ServiceAccount {namespace}/{sa}")
-    env = {e.get("name"): e for e in ctr.get("env", [])}
-    node = env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
-    c.expect(node == "spec.nodeName", "NODE_NAME (the events' source.host) is not spec.nodeName")
+    c.expect(pod.get("automountServiceAccountToken") is bool(wanted),
+             "the pod must mount its ServiceAccount token exactly when events or conditions are on"
+             f" (automountServiceAccountToken: {'true' if wanted else 'false'})")
+    c.expect(set(roles) == wanted, f"ClusterRoles {sorted(roles)}, expected exactly {sorted(wanted)} for the"
+             " features on in the ConfigMap (events.enabled, conditions.enabled, conditions.readiness_gate)")
+    for name, role in roles.items():
+        rules = [{k: sorted(v) for k, v in rule.items()} for rule in role.get("rules", [])]
+        c.expect(rules == ROLES.get(name), f"ClusterRole {name} grants {rules}, not exactly {ROLES.get(name)}")
+        c.expect(not role.get("aggregationRule"), f"ClusterRole {name} must not aggregate other roles")
+    bound = set()
+    for binding in bindings:
+        ref = binding.get("roleRef", {})
+        c.expect(ref.get("apiGroup") == "rbac.authorization.k8s.io" and ref.get("kind") == "ClusterRole" and
+                 ref.get("name") in roles, f"ClusterRoleBinding {binding['metadata']['name']} binds no role of ours")
+        c.expect(binding.get("subjects") == [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
+                 f"ClusterRoleBinding {binding['metadata']['name']} must bind only ServiceAccount {namespace}/{sa}")
+        bound.add(ref.get("name"))
+    c.expect(bound == set(roles) and len(bindings) == len(roles), "each ClusterRole needs exactly one binding")
+    if wanted:
+        env = {e.get("name"): e for e in ctr.get("env", [])}
+        node = env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        c.expect(node == "spec.nodeName", "NODE_NAME (the events' source, the node whose conditions are written,"
+                 " whose pods are watched) is not spec.nodeName")
+
+
+def self_test_rbac(by_kind, pod, ctr, namespace, effective):
+    """check_rbac must catch a grant broader than needed, a missing role and a stray one."""
+    def role(bk, name):
+        return next(r for r in bk["ClusterRole"] if r["metadata"]["name"] == name)
+
+    def drop(bk, name):
+        bk["ClusterRole"] = [r for r in bk["ClusterRole"] if r["metadata"]["name"] != name]
+        bk["ClusterRoleBinding"] = [b for b in bk["ClusterRoleBinding"] if b["roleRef"]["name"] != name]
+
+    cases = {
+        "get on nodes": lambda bk: role(bk, "gpu-devwatch-node-conditions")["rules"][0]["verbs"].append("get"),
+        "nodes, not nodes/status": lambda bk: role(bk, "gpu-devwatch-node-conditions")["rules"][0].update(
+            resources=["nodes"]),
+        "patch on pods": lambda bk: role(bk, "gpu-devwatch-readiness-gate")["rules"][0]["verbs"].append("patch"),
+        "a wildcard": lambda bk: role(bk, "gpu-devwatch-events")["rules"].append(
+            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}),
+        "the gate's role missing": lambda bk: drop(bk, "gpu-devwatch-readiness-gate"),
+        "another subject": lambda bk: bk["ClusterRoleBinding"][0]["subjects"].append(
+            {"kind": "Group", "name": "system:authenticated"}),
+    }
+    failures = []
+    for what, mutate in cases.items():
+        bk = copy.deepcopy(by_kind)
+        mutate(bk)
+        c = Checker()
+        check_rbac(c, bk, pod, ctr, namespace, effective)
+        if not c.errors:
+            failures.append(f"self-test: check_rbac did not catch: {what}")
+    return failures
 
 
 def report(c, ok_message=""):

@@ -18,7 +18,7 @@ bool DaemonHarness::start_with_defaults() {
 }
 
 bool DaemonHarness::launch() {
-  daemon_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{GDW_BINARY, "run", "--config", config_});
+  daemon_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{GDW_BINARY, "run", "--config", config_}, env_);
   if (!daemon_->wait_for_output(" ready", 15s)) return false;
   return eventually([&] { return !metrics().empty(); }, 5s);
 }

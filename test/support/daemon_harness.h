@@ -24,6 +24,8 @@ class DaemonHarness {
   // The default configuration a user runs (probe on, info logs): only the node's paths and
   // the metrics port set. For the benches.
   bool start_with_defaults();
+  // More "K=V" environment entries for the daemons started after this (NODE_NAME=...).
+  void set_env(std::vector<std::string> env) { env_ = std::move(env); }
   // SIGTERM and wait; returns the exit code.
   int stop();
 
@@ -48,6 +50,7 @@ class DaemonHarness {
   SandboxNode& node_;
   int port_;
   std::string config_;
+  std::vector<std::string> env_;
   std::unique_ptr<BackgroundProcess> daemon_;
 };
 

@@ -1,6 +1,7 @@
 #include "support/fake_apiserver.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -43,10 +44,12 @@ FakeApiServer::FakeApiServer(bool hang) {
   if (!make_pki()) return;
   token_file_ = dir_.write("serviceaccount/token", "token-one\n");
   log_ = dir_.write("requests.jsonl", "");
+  state_ = dir_ / "state";
+  dir_.write("state/mode", "ok");
   const std::string port_file = dir_ / "port";
   std::vector<std::string> argv{"python3", std::string(GDW_SOURCE_DIR) + "/test/support/fake_apiserver.py",
                                 "--cert", dir_ / "server.crt", "--key", dir_ / "server.key",
-                                "--port-file", port_file, "--log", log_};
+                                "--port-file", port_file, "--log", log_, "--state", state_};
   if (hang) argv.push_back("--hang");
   server_ = std::make_unique<BackgroundProcess>(argv);
   auto port_text = [&] {
@@ -93,9 +96,59 @@ std::vector<RecordedRequest> FakeApiServer::requests() const {
   return out;
 }
 
-std::string FakeApiServer::config_yaml(const std::string& events_extra) const {
+std::string FakeApiServer::config_yaml(const std::string& events_extra, const std::string& conditions_extra) const {
   return "kubernetes:\n  api_server: " + url() + "\n  token_file: " + token_file_ + "\n  ca_file: " + ca_ +
-         "\nevents:\n  enabled: true\n" + events_extra;
+         "\nevents:\n  enabled: true\n" + events_extra + "conditions:\n  enabled: " +
+         (conditions_extra.empty() ? "false\n" : "true\n" + conditions_extra);
+}
+
+void FakeApiServer::set_mode(const std::string& mode) {
+  const std::string path = state_ + "/mode";
+  write_file(path + ".tmp", mode);
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+void FakeApiServer::command(const nlohmann::json& c) {
+  std::ofstream out(state_ + "/commands.jsonl", std::ios::app);
+  out << c.dump() << "\n";
+}
+
+void FakeApiServer::add_pod(const nlohmann::json& pod) { command({{"add", pod}}); }
+void FakeApiServer::modify_pod(const nlohmann::json& pod) { command({{"modify", pod}}); }
+void FakeApiServer::delete_pod(const std::string& ns, const std::string& name) {
+  command({{"delete", {ns, name}}});
+}
+void FakeApiServer::compact() { command({{"compact", true}}); }
+void FakeApiServer::drop_watches() { command({{"drop", true}}); }
+
+std::map<std::string, nlohmann::json> FakeApiServer::node_conditions() const {
+  std::map<std::string, nlohmann::json> out;
+  if (!std::filesystem::exists(state_ + "/node.json")) return out;  // no PATCH yet
+  auto node = nlohmann::json::parse(read_file(state_ + "/node.json"), nullptr, false);
+  if (!node.is_object()) return out;
+  for (const auto& c : node["conditions"]) out[c.value("type", "")] = c;
+  return out;
+}
+
+nlohmann::json FakeApiServer::pod_condition(const std::string& ns, const std::string& name,
+                                            const std::string& type) const {
+  if (!std::filesystem::exists(state_ + "/pods.json")) return nullptr;  // no pod yet
+  auto pods = nlohmann::json::parse(read_file(state_ + "/pods.json"), nullptr, false);
+  if (!pods.is_array()) return nullptr;
+  for (const auto& p : pods) {
+    if (p["metadata"].value("namespace", "") != ns || p["metadata"].value("name", "") != name) continue;
+    if (!p.contains("status") || !p["status"].contains("conditions")) return nullptr;
+    for (const auto& c : p["status"]["conditions"])
+      if (c.value("type", "") == type) return c;
+  }
+  return nullptr;
+}
+
+std::vector<RecordedRequest> FakeApiServer::requests_to(const std::string& method, const std::string& prefix) const {
+  std::vector<RecordedRequest> out;
+  for (auto& r : requests())
+    if (r.method == method && r.path.rfind(prefix, 0) == 0) out.push_back(std::move(r));
+  return out;
 }
 
 }  // namespace gdw::test

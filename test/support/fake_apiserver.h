@@ -1,7 +1,10 @@
-// A local HTTPS stand-in for the API server's events endpoints (fake_apiserver.py), with a
-// CA, server certificate (127.0.0.1) and ServiceAccount token made for the test.
+// A local HTTPS stand-in for the API server (fake_apiserver.py): events, node status,
+// this node's pods (list, watch) and their status, with a CA, server certificate
+// (127.0.0.1) and ServiceAccount token made for the test, and knobs for the failures a
+// real one shows (500 answers, hanging, dropped watches, 410 Gone).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,14 +40,34 @@ class FakeApiServer {
   // Replaces the token file as kubelet rotates projected tokens (new file, rename).
   void rotate_token(const std::string& token);
   std::vector<RecordedRequest> requests() const;
-  // The daemon's configuration keys for this server.
-  std::string config_yaml(const std::string& events_extra = "") const;
+  // The daemon's configuration keys for this server (events on; conditions off unless
+  // `conditions_extra` is given, which goes into a conditions: section turned on).
+  std::string config_yaml(const std::string& events_extra = "", const std::string& conditions_extra = "") const;
+
+  // "ok", "500" (every request answered 500) or "hang" (no answer until the mode changes).
+  void set_mode(const std::string& mode);
+  // Pods (whole objects, with metadata.namespace, name, uid and spec.nodeName), as a
+  // controller creates, updates and deletes them; each change is a watch event.
+  void add_pod(const nlohmann::json& pod);
+  void modify_pod(const nlohmann::json& pod);
+  void delete_pod(const std::string& pod_namespace, const std::string& name);
+  // Watches from a resourceVersion before now get 410 Gone; open watches are cut off.
+  void compact();
+  void drop_watches();
+  // The node's conditions as merged from the PATCHes (type → condition); empty before any.
+  std::map<std::string, nlohmann::json> node_conditions() const;
+  // A pod's condition of `type` as merged from the PATCHes; null when absent.
+  nlohmann::json pod_condition(const std::string& pod_namespace, const std::string& name,
+                               const std::string& type = "gpu-devwatch.io/devices-ready") const;
+  // The requests to `method` on paths starting with `prefix`.
+  std::vector<RecordedRequest> requests_to(const std::string& method, const std::string& prefix) const;
 
  private:
   bool make_pki();
+  void command(const nlohmann::json& c);
 
   TempDir dir_{"gdw-apiserver"};
-  std::string ca_, token_file_, log_;
+  std::string ca_, token_file_, log_, state_;
   std::string error_;
   int port_ = 0;
   std::unique_ptr<BackgroundProcess> server_;

@@ -1,15 +1,30 @@
 #!/usr/bin/env python3
-"""A stand-in for the Kubernetes API server's core/v1 events endpoints, over real TLS.
+"""A stand-in for the Kubernetes API server's endpoints gpu-devwatch uses, over real TLS.
 
-usage: fake_apiserver.py --cert C --key K --port-file F --log L [--hang]
+usage: fake_apiserver.py --cert C --key K --port-file F --log L --state DIR [--hang]
 
 Listens on 127.0.0.1 (a free port, written to --port-file once listening). Every request is
 appended to --log as one JSON line: method, path, authorization, content_type, body.
-POST /api/v1/namespaces/<ns>/events creates (201); PATCH .../events/<name> answers 200 for
-an event created before, 404 otherwise, as the API server does. --hang: accept connections
-and TLS, then never answer (a stuck API server).
+
+- POST /api/v1/namespaces/<ns>/events creates (201); PATCH .../events/<name> answers 200 for
+  an event created before, 404 otherwise, as the API server does.
+- PATCH /api/v1/nodes/<node>/status: the conditions of the strategic merge patch are merged
+  by type into the node's; DIR/node.json holds the node's status after each.
+- GET /api/v1/pods?fieldSelector=spec.nodeName%3D<node>[&limit=N&continue=T]: this node's
+  pods, paged. With &watch=true&resourceVersion=RV: a chunked stream of watch events after
+  RV; an RV older than the last compaction gets an ERROR event with code 410.
+- PATCH /api/v1/namespaces/<ns>/pods/<name>/status: merges the conditions into the pod
+  (a MODIFIED event follows); 404 for no such pod, 422 when metadata.uid differs.
+- The test steers it through DIR/commands.jsonl, one JSON object a line, read as appended:
+  {"add": pod} / {"modify": pod} / {"delete": [ns, name]}, {"compact": true} (watches from
+  earlier resourceVersions get 410), {"drop": true} (every open watch is cut off).
+  DIR/mode holds "ok", "500" (every request answered 500) or "hang" (requests wait, without
+  an answer, until the mode changes; the connection is then closed). DIR/pods.json holds
+  every pod after each change.
+--hang: as DIR/mode "hang" from the start, for good.
 """
 import argparse
+import copy
 import http.server
 import json
 import os
@@ -17,66 +32,237 @@ import re
 import ssl
 import threading
 import time
+import urllib.parse
 
 EVENTS = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/events(?:/([a-z0-9.-]+))?$")
+NODE_STATUS = re.compile(r"^/api/v1/nodes/([a-z0-9.-]+)/status$")
+POD_STATUS = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods/([a-z0-9.-]+)/status$")
+
+
+class State:
+    """Pods, their event history (resourceVersions), the node's conditions and events."""
+
+    def __init__(self, state_dir):
+        self.dir = state_dir
+        self.cv = threading.Condition()
+        self.pods = {}      # (ns, name) -> pod
+        self.history = []   # (rv, type, pod)
+        self.rv = 100
+        self.compacted = 0  # watches from an RV below this get 410
+        self.drops = 0
+        self.node = {"conditions": []}
+        self.created = set()
+        self.commands_read = 0
+
+    def record(self, kind, pod):
+        self.rv += 1
+        pod["metadata"]["resourceVersion"] = str(self.rv)
+        self.history.append((self.rv, kind, copy.deepcopy(pod)))
+        self.save_pods()
+        self.cv.notify_all()
+
+    def save_pods(self):
+        write_json(os.path.join(self.dir, "pods.json"), list(self.pods.values()))
+
+    def apply(self, command):
+        if "add" in command or "modify" in command:
+            pod = command.get("add") or command.get("modify")
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self.pods[key] = pod
+            self.record("ADDED" if "add" in command else "MODIFIED", pod)
+        elif "delete" in command:
+            pod = self.pods.pop(tuple(command["delete"]), None)
+            if pod:
+                self.record("DELETED", pod)
+        elif command.get("compact"):
+            self.rv += 1  # what a watcher saw last is now older than the compaction
+            self.compacted = self.rv
+        elif command.get("drop"):
+            self.drops += 1
+            self.cv.notify_all()
+
+    def poll_commands(self):
+        path = os.path.join(self.dir, "commands.jsonl")
+        while True:
+            try:
+                with open(path) as f:
+                    lines = f.read().split("\n")
+            except FileNotFoundError:
+                lines = []
+            complete = lines[:-1]  # the last part has no newline yet
+            with self.cv:
+                for line in complete[self.commands_read:]:
+                    if line.strip():
+                        self.apply(json.loads(line))
+                self.commands_read = max(self.commands_read, len(complete))
+            time.sleep(0.02)
+
+
+def write_json(path, obj):
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f)
+    os.rename(path + ".tmp", path)
+
+
+def merge_conditions(existing, patch):
+    by_type = {c["type"]: c for c in existing}
+    for c in patch:
+        by_type[c["type"]] = dict(by_type.get(c["type"], {}), **c)
+    return list(by_type.values())
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state = None  # set by main(): the server's State
+    args = None   # and its arguments
+    log_lock = threading.Lock()
+
+    def mode(self):
+        if self.args.hang:
+            return "hang"
+        try:
+            with open(os.path.join(self.args.state, "mode")) as f:
+                return f.read().strip() or "ok"
+        except FileNotFoundError:
+            return "ok"
+
+    def log_message(self, *a):
+        pass
+
+    def answer(self, status, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def status(self, code, reason, message):
+        return self.answer(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                  "reason": reason, "message": message, "code": code})
+
+    def handle_any(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length).decode("utf-8", "replace") if length else ""
+        with self.log_lock:
+            with open(self.args.log, "a") as log:
+                log.write(json.dumps({"method": self.command, "path": self.path,
+                                      "authorization": self.headers.get("Authorization", ""),
+                                      "content_type": self.headers.get("Content-Type", ""),
+                                      "body": body}) + "\n")
+        if self.mode() == "hang":
+            while self.mode() == "hang":
+                time.sleep(0.05)
+            self.close_connection = True
+            return
+        if self.mode() == "500":
+            return self.status(500, "InternalError", "injected by the test")
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        if url.path == "/api/v1/pods" and self.command == "GET":
+            return self.watch(query) if query.get("watch") == ["true"] else self.list(query)
+        for pattern, handler in ((EVENTS, self.events), (NODE_STATUS, self.node_status),
+                                 (POD_STATUS, self.pod_status)):
+            m = pattern.match(url.path)
+            if m:
+                return handler(body, *m.groups())
+        return self.status(404, "NotFound", "not found")
+
+    def events(self, body, ns, name):
+        with self.state.cv:
+            if self.command == "POST" and name is None:
+                obj = json.loads(body)
+                self.state.created.add((ns, obj["metadata"]["name"]))
+                return self.answer(201, obj)
+            if self.command == "PATCH" and name is not None:
+                if (ns, name) not in self.state.created:
+                    return self.status(404, "NotFound", f'events "{name}" not found')
+                return self.answer(200, json.loads(body))
+        return self.status(405, "MethodNotAllowed", "method not allowed")
+
+    def node_status(self, body, node):
+        if self.command != "PATCH":
+            return self.status(405, "MethodNotAllowed", "method not allowed")
+        patch = json.loads(body)
+        with self.state.cv:
+            self.state.node["conditions"] = merge_conditions(self.state.node["conditions"],
+                                                        patch.get("status", {}).get("conditions", []))
+            write_json(os.path.join(self.args.state, "node.json"), self.state.node)
+            return self.answer(200, {"kind": "Node", "metadata": {"name": node}, "status": self.state.node})
+
+    def pod_status(self, body, ns, name):
+        patch = json.loads(body)
+        with self.state.cv:
+            pod = self.state.pods.get((ns, name))
+            if pod is None:
+                return self.status(404, "NotFound", f'pods "{name}" not found')
+            uid = patch.get("metadata", {}).get("uid")
+            if uid is not None and uid != pod["metadata"]["uid"]:
+                return self.status(422, "Invalid", "metadata.uid: Invalid value: field is immutable")
+            status = pod.setdefault("status", {})
+            status["conditions"] = merge_conditions(status.get("conditions", []),
+                                                    patch.get("status", {}).get("conditions", []))
+            self.state.record("MODIFIED", pod)
+            return self.answer(200, pod)
+
+    def list(self, query):
+        node = query.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
+        limit = int(query.get("limit", ["0"])[0]) or 1 << 30
+        start = int(query.get("continue", ["0"])[0] or 0)
+        with self.state.cv:
+            pods = [p for p in self.state.pods.values() if p.get("spec", {}).get("nodeName") == node]
+            page = pods[start:start + limit]
+            more = start + limit < len(pods)
+            meta = {"resourceVersion": str(self.state.rv)}
+            if more:
+                meta["continue"] = str(start + limit)
+            return self.answer(200, {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": page})
+
+    def chunk(self, obj):
+        data = (json.dumps(obj) + "\n").encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def watch(self, query):
+        node = query.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        with self.state.cv:
+            drops = self.state.drops
+            if since < self.state.compacted:
+                self.chunk({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                        "message": f"too old resource version: {since}",
+                                                        "reason": "Expired", "code": 410}})
+                self.wfile.write(b"0\r\n\r\n")
+                return
+            sent = since
+            while True:
+                if self.state.drops != drops or self.mode() != "ok":
+                    return  # cut off (before what came with the cut): the connection just closes
+                for rv, kind, pod in self.state.history:
+                    if rv > sent and pod.get("spec", {}).get("nodeName") == node:
+                        self.chunk({"type": kind, "object": pod})
+                    sent = max(sent, rv)
+                self.state.cv.wait(0.1)
+
+    do_POST = handle_any
+    do_PATCH = handle_any
+    do_GET = handle_any
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--cert", required=True)
-    p.add_argument("--key", required=True)
-    p.add_argument("--port-file", required=True)
-    p.add_argument("--log", required=True)
+    for flag in ("--cert", "--key", "--port-file", "--log", "--state"):
+        p.add_argument(flag, required=True)
     p.add_argument("--hang", action="store_true")
     args = p.parse_args()
-    created = set()
-    lock = threading.Lock()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *a):
-            pass
-
-        def answer(self, status, obj):
-            data = json.dumps(obj).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def handle_any(self):
-            length = int(self.headers.get("Content-Length", "0"))
-            body = self.rfile.read(length).decode("utf-8", "replace") if length else ""
-            if args.hang:
-                time.sleep(3600)
-                return
-            with lock:
-                with open(args.log, "a") as log:
-                    log.write(json.dumps({"method": self.command, "path": self.path,
-                                          "authorization": self.headers.get("Authorization", ""),
-                                          "content_type": self.headers.get("Content-Type", ""),
-                                          "body": body}) + "\n")
-                m = EVENTS.match(self.path)
-                if not m:
-                    return self.answer(404, {"kind": "Status", "message": "not found"})
-                ns, name = m.groups()
-                if self.command == "POST" and name is None:
-                    obj = json.loads(body)
-                    created.add((ns, obj["metadata"]["name"]))
-                    return self.answer(201, obj)
-                if self.command == "PATCH" and name is not None:
-                    if (ns, name) not in created:
-                        return self.answer(404, {"kind": "Status", "reason": "NotFound",
-                                                 "message": f'events "{name}" not found'})
-                    return self.answer(200, json.loads(body))
-                return self.answer(405, {"kind": "Status", "message": "method not allowed"})
-
-        do_POST = handle_any
-        do_PATCH = handle_any
-        do_GET = handle_any
-
+    state = State(args.state)
+    Handler.state, Handler.args = state, args
+    threading.Thread(target=state.poll_commands, daemon=True).start()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

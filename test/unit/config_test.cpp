@@ -86,6 +86,33 @@ TEST(Config, KubernetesEventsKeys) {
   }
 }
 
+TEST(Config, ConditionsKeys) {
+  auto d = parse_config("", "empty.yaml");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->conditions.enabled, EventsPolicy::kAuto) << "on when an API server is known, as events";
+  EXPECT_EQ(d->conditions.grace, std::chrono::seconds(10));
+  EXPECT_EQ(d->conditions.resync, std::chrono::minutes(5));
+  EXPECT_TRUE(d->conditions.readiness_gate);
+  auto c = parse_config("conditions:\n  enabled: false\n  grace: 0ms\n  resync: 2s\n  readiness_gate: false\n",
+                        "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->conditions.enabled, EventsPolicy::kOff);
+  EXPECT_EQ(c->conditions.grace, std::chrono::milliseconds(0));
+  EXPECT_EQ(c->conditions.resync, std::chrono::seconds(2));
+  EXPECT_FALSE(c->conditions.readiness_gate);
+  EXPECT_EQ(parse_config("conditions:\n  enabled: true\n", "c.yaml")->conditions.enabled, EventsPolicy::kOn);
+  for (const auto& [yaml, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"conditions:\n  enabled: maybe\n", "c.yaml:2: conditions.enabled: must be one of auto | true | false"},
+           {"conditions:\n  grace: 2h\n", "conditions.grace: must be between 0ms and 1h"},
+           {"conditions:\n  resync: 500ms\n", "conditions.resync: must be between 1s and"},
+           {"conditions:\n  readiness_gate: yes please\n", "conditions.readiness_gate: expected true or false"},
+           {"conditions:\n  heartbeat: 1m\n", "unknown key 'conditions.heartbeat'"}}) {
+    auto r = parse_config(yaml, "c.yaml");
+    ASSERT_FALSE(r.ok()) << yaml;
+    EXPECT_NE(r.error().message.find(expect), std::string::npos) << r.error().message;
+  }
+}
+
 TEST(Config, ReadsEveryKind) {
   auto c = parse_config(R"(
 mode: observe

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/config.h"
 
 namespace gdw {
@@ -58,6 +60,14 @@ TEST_F(GaugesTest, GpuContainersByStateAndTheirProgramsAndCdiNames) {
   EXPECT_EQ(g.programs[ProgramOwner::kSystemd], 3u);
   EXPECT_EQ(g.programs[ProgramOwner::kOurs], 1u);
   EXPECT_EQ(g.programs.count(ProgramOwner::kRuntime), 0u) << "only GPU containers' programs";
+  // The node conditions' input: the two GPU containers missing devices, keyed by cgroup.
+  ASSERT_EQ(g.problems.size(), 2u);
+  std::set<std::string> keys;
+  for (const auto& p : g.problems) {
+    keys.insert(p.key);
+    EXPECT_EQ(p.kind, kube::ContainerProblem::Kind::kMissingDevices);
+  }
+  EXPECT_EQ(keys, (std::set<std::string>{"/kubepods/podp2/b", "/kubepods/podp3/c"}));
 }
 
 TEST_F(GaugesTest, UnidentifiedCountsOnlyInPodsHoldingDevices) {
@@ -71,7 +81,12 @@ TEST_F(GaugesTest, UnidentifiedCountsOnlyInPodsHoldingDevices) {
   allocations_ = AllocationIndex({e}, policy);
   add("x", "held", TargetKind::kUnidentified);
   add("y", "free", TargetKind::kUnidentified);
-  EXPECT_EQ(count().unidentified, 1u);
+  GaugeCounts g = count();
+  EXPECT_EQ(g.unidentified, 1u);
+  ASSERT_EQ(g.problems.size(), 1u) << "a container of a pod holding devices, unidentified: a problem";
+  EXPECT_EQ(g.problems[0].key, "/kubepods/podheld/x");
+  EXPECT_EQ(g.problems[0].pod.uid, "held");
+  EXPECT_EQ(g.problems[0].kind, kube::ContainerProblem::Kind::kUnidentified);
 }
 
 TEST_F(GaugesTest, IdentityProblemsAreAmbiguousNamesAndConflictsOnce) {

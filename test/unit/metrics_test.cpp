@@ -8,6 +8,7 @@
 #include "metrics/node_metrics.h"
 #include "metrics/probe_metrics.h"
 #include "metrics/repair_metrics.h"
+#include "metrics/status_metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -59,6 +60,12 @@ void exercise_every_method(Metrics& m) {
   ProbeMetrics(m).set_ring_buffer_drops(5);
   EventMetrics(m).event_sent();
   EventMetrics(m).event_dropped("rejected");
+  StatusMetrics(m).set_node_condition("GPUDeviceAccessDegraded", true);
+  StatusMetrics(m).status_write("node", "sent");
+  StatusMetrics(m).set_readiness_gate_pods(2);
+  StatusMetrics(m).set_pod_watch_up(true);
+  StatusMetrics(m).pod_watch_lists(1);
+  StatusMetrics(m).pod_watch_skipped(1);
 }
 
 const char* type_word(MetricType t) {
