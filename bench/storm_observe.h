@@ -21,7 +21,6 @@
 namespace gdw::bench {
 
 using Clock = std::chrono::steady_clock;
-using gdw::test::kUvmMajor;
 using gdw::test::SandboxContainer;
 
 struct Rule {
@@ -55,9 +54,9 @@ struct Target {
 
 // The GPU and the control nodes every GPU holder gets (the daemon's default devices.control
 // that exist on the sandbox node).
-inline std::vector<std::string> wanted_rules(std::uint32_t gpu_minor) {
-  return {"c 195:" + std::to_string(gpu_minor) + " rw", "c 195:255 rw", "c " + std::to_string(kUvmMajor) + ":0 rw",
-          "c " + std::to_string(kUvmMajor) + ":1 rw"};
+inline std::vector<std::string> wanted_rules(std::uint32_t gpu_minor, const test::FixtureMajors& majors = {}) {
+  const std::string nvidia = "c " + std::to_string(majors.nvidia) + ":", uvm = "c " + std::to_string(majors.uvm) + ":";
+  return {nvidia + std::to_string(gpu_minor) + " rw", nvidia + "255 rw", uvm + "0 rw", uvm + "1 rw"};
 }
 
 inline bool covered(const Target& t) {

@@ -81,6 +81,8 @@ class Daemon : public Repairer {
   double throttled() const override {
     return metric_value(http_get(port_), "gpu_devwatch_repairs_throttled_total").value_or(0);
   }
+  // A series without labels from the daemon's /metrics; 0 when it has none (yet).
+  double metric(const std::string& name) const { return metric_value(http_get(port_), name).value_or(0); }
 
  private:
   SandboxNode& node_;

@@ -2,7 +2,9 @@
 // GPU stays denied after a re-apply of its device policy, and what BPF activity that has
 // nothing to do with GPUs costs the daemon. On sandbox nodes on the real kernel (real test
 // cgroups under a unique parent, a sleeping process in each, mknod'ed GPU nodes): first a
-// cgroup v2 node (the cgroup2 mount at /sys/fs/cgroup/unified; each container starts with
+// cgroup v2 node (the cgroup2 mount at /sys/fs/cgroup/unified, or /sys/fs/cgroup on a pure v2
+// host such as a GPU machine, where the fixture nodes take free local-use majors so that no
+// open reaches the real driver; each container starts with
 // a runtime's device program allowing its spec plus its GPU, as the NVIDIA hook leaves it),
 // then a cgroup v1 node, each with --containers containers of which --gpu-containers hold
 // one GPU (round robin over --gpus).
@@ -103,6 +105,11 @@ struct VersionFigures {
   double samples_cpu_s = 0;  // the daemon's CPU while the re-apply samples ran (all sessions)
   int samples_run = 0;       // re-applies made in those phases
   double rss_mib = -1;       // the largest, after the samples
+  // Where a reaction's time goes, over the samples: the daemon's own repair time (its
+  // gpu_devwatch_repair_duration_seconds, event seen -> grant written), and the BPF programs
+  // loaded on the machine (the spinners' re-applies and the daemon's wrappers: a wrapper the
+  // cache did not hold costs a verifier run).
+  double repair_s = 0, repairs = 0, programs_loaded = 0;
   bool measured = false;
   StyleFigures& style(ReapplyStyle s) { return styles[static_cast<int>(s)]; }
   const StyleFigures& style(ReapplyStyle s) const { return styles[static_cast<int>(s)]; }
@@ -132,7 +139,11 @@ void pause_for(std::chrono::milliseconds d) {
 class BenchNode {
  public:
   BenchNode(bool v2, const Options& o)
-      : v2_(v2), node_(SandboxNode::Options{.gpus = o.gpus, .tag = v2 ? "v2reaction-v2" : "v2reaction-v1", .v2 = v2}) {
+      : v2_(v2),
+        node_(SandboxNode::Options{.gpus = o.gpus,
+                                   .tag = v2 ? "v2reaction-v2" : "v2reaction-v1",
+                                   .v2 = v2,
+                                   .majors = gdw::test::fixture_majors_for_host(gdw::test::read_file("/proc/devices"))}) {
     const auto holders = add_bench_containers(node_, o.containers, o.gpu_containers, o.gpus, check_interrupted);
     for (std::size_t i = 0; i < holders.size(); ++i) {
       const auto minor = static_cast<std::uint32_t>(i % static_cast<std::size_t>(o.gpus));
@@ -148,7 +159,7 @@ class BenchNode {
   void reset() {
     for (auto& t : targets_) {
       check_interrupted();
-      const auto wanted = wanted_rules(t.minor);
+      const auto wanted = wanted_rules(t.minor, node_.majors());
       t.spin.systemd_previous = 0;
       if (!v2_) {
         node_.reapply_spec(*t.container);
@@ -227,8 +238,14 @@ void run_session(BenchNode& node, const std::string& binary, const Options& o, i
   measure_cpu(daemon, o, f);
   pause_for(2s);  // the daemon's reaction to the last loads is over
   const double before_ms = cpu_clock_ms(daemon.pid());  // ns resolution: a re-apply costs ms
+  const double repair_s = daemon.metric("gpu_devwatch_repair_duration_seconds_sum");
+  const double repairs = daemon.metric("gpu_devwatch_repair_duration_seconds_count");
+  const std::uint32_t first_id = bpf_program_ids_handed_out();
   measure_reactions(node, o, round, f);
   f.samples_cpu_s += (cpu_clock_ms(daemon.pid()) - before_ms) / 1000;
+  f.programs_loaded += static_cast<double>(programs_loaded_between(first_id, bpf_program_ids_handed_out()));
+  f.repair_s += daemon.metric("gpu_devwatch_repair_duration_seconds_sum") - repair_s;
+  f.repairs += daemon.metric("gpu_devwatch_repair_duration_seconds_count") - repairs;
   f.samples_run += o.samples * (node.v2() ? 2 : 1);
   f.rss_mib = std::max(f.rss_mib, rss_mib(daemon.pid()));
   f.measured = true;
@@ -291,6 +308,12 @@ void print_build(const char* title, const BuildFigures& b, const Options& o) {
     std::printf("  of which refused: v2 %ld, v1 %ld\n", b.v2.failed_loads, b.v1.failed_loads);
   auto per_reapply = [](const VersionFigures& v) { return v.samples_run ? 1000 * v.samples_cpu_s / v.samples_run : -1; };
   cpu_row("daemon CPU per re-apply (CPU-time clock)", per_reapply(b.v2), per_reapply(b.v1), 2, "ms");
+  auto per_sample = [](const VersionFigures& v, double n) { return v.samples_run ? n / v.samples_run : -1; };
+  cpu_row("daemon repairs per re-apply", per_sample(b.v2, b.v2.repairs), per_sample(b.v1, b.v1.repairs), 2, "");
+  auto repair_us = [](const VersionFigures& v) { return v.repairs > 0 ? 1e6 * v.repair_s / v.repairs : -1; };
+  cpu_row("daemon repair time, mean (event seen -> grant)", repair_us(b.v2), repair_us(b.v1), 1, "µs");
+  cpu_row("BPF programs loaded per re-apply (all)", per_sample(b.v2, b.v2.programs_loaded),
+          per_sample(b.v1, b.v1.programs_loaded), 2, "");
   cpu_row("daemon RSS after the samples (VmRSS)", b.v2.rss_mib, b.v1.rss_mib, 1, "MiB");
   for (const StyleFigures* s : cols)
     for (const auto& e : s->errors) std::printf("failure: %s\n", e.c_str());
@@ -387,8 +410,8 @@ int main(int argc, char** argv) {
   if (!options) return 2;
   const Options& o = *options;
   if ((o.v2 && !SandboxNode::available(true)) || (o.v1 && !SandboxNode::available(false))) {
-    std::fprintf(stderr, "v2_reaction: needs root, cgroup2 at /sys/fs/cgroup/unified (v2) and a writable v1 "
-                         "devices hierarchy (v1)\n");
+    std::fprintf(stderr, "v2_reaction: needs root, a cgroup2 hierarchy (v2: /sys/fs/cgroup/unified, or "
+                         "/sys/fs/cgroup on a pure v2 host) and a writable v1 devices hierarchy (v1)\n");
     return 2;
   }
   install_interrupt_handlers();

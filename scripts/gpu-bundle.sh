@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds .gpubundle.tgz: gpu-devwatch and the real-GPU test (test/gpu, label gpu) with every
-# library they link and their own loader, patched to run from /tmp/gdwb on a GPU machine of
+# Builds .gpubundle.tgz: gpu-devwatch, the real-GPU test (test/gpu, label gpu) and the v2
+# reaction bench (bench/v2_reaction; on a pure v2 host it measures v2 alone, its fixture nodes
+# on majors no real driver holds), plus any binaries named as arguments (another daemon build
+# to compare with, say), with every library they link and their own loader, patched to run from /tmp/gdwb on a GPU machine of
 # another distribution. Such a machine (see the real-GPU notes the project keeps) has another
 # glibc and no package registry, so the build is carried there whole:
 #   - each binary's interpreter is the bundled loader, /tmp/gdwb/lib/ld-linux-x86-64.so.2;
@@ -13,7 +15,7 @@
 # The test finds the daemon beside itself. It needs no helper program: it re-applies device
 # programs itself, built from raw bpf_insn at run time (the machine has no clang for BPF).
 #
-# Here:            scripts/gpu-bundle.sh            (as root: installs patchelf if missing)
+# Here:            scripts/gpu-bundle.sh [BINARY…]  (as root: installs patchelf if missing)
 # On the GPU machine, as root, from the directory holding .gpubundle.tgz:
 #   mkdir -p /tmp/gdwb && tar xzf .gpubundle.tgz -C /tmp/gdwb && /tmp/gdwb/gpu_real_gpu_test
 # (GDW_GPU_PYTHON names a python3 with torch if `python3` is not it.) Through this
@@ -23,11 +25,11 @@ cd "$(dirname "$0")/.."
 
 build=${GDW_BUILD_DIR:-build}
 prefix=/tmp/gdwb
-binaries=("$build/daemon/gpu-devwatch" "$build/test/gpu_real_gpu_test")
+binaries=("$build/daemon/gpu-devwatch" "$build/test/gpu_real_gpu_test" "$build/bench/v2_reaction" "$@")
 
 command -v patchelf >/dev/null || apt-get install -y patchelf
 [[ -f "$build/CMakeCache.txt" ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build "$build" -j2 --target gpu-devwatch gpu_real_gpu_test
+cmake --build "$build" -j2 --target gpu-devwatch gpu_real_gpu_test v2_reaction
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT

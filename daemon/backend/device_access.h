@@ -68,6 +68,9 @@ class DeviceAccess {
                             const std::vector<WantedDevice>& devices) = 0;
   // The container is no longer watched: release what was kept for it (open files).
   virtual void forget(const std::string& cgroup_dir) { (void)cgroup_dir; }
+  // After a grant is reported: work that makes the next grant faster (v2: loading a spare
+  // wrapper copy), kept off the path between an event and its grant.
+  virtual void prepare_next_grant() {}
 };
 
 // The node's: `version` is what NodeModel located (kV1 or kV2).

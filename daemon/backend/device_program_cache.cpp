@@ -124,6 +124,7 @@ Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vecto
     for (const auto& c : *copies) {
       if (!c->seen.count(dir)) {
         c->seen[dir] = now;
+        want_spare(key, *copies, added, inner);
         return Wrapper{c->fd, c->id, nullptr};
       }
     }
@@ -144,12 +145,48 @@ Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vecto
   copy_by_id_[id] = copy.get();
   if (copies) {
     copies->push_back(std::move(copy));
+    want_spare(key, *copies, added, inner);
     return Wrapper{*loaded, id, nullptr};
   }
   Copies fresh;
   fresh.push_back(std::move(copy));
+  want_spare(key, fresh, added, inner);
   for (const auto& dropped : wrappers_.add(std::move(key), std::move(fresh), max_wrappers_)) forget(dropped);
   return Wrapper{*loaded, id, nullptr};
+}
+
+void DeviceProgramCache::want_spare(const std::string& key, const Copies& copies,
+                                    const std::vector<WantedDevice>& added, const BpfCode& inner) {
+  if (copies.size() >= kMaxCopies) return;
+  if (std::any_of(copies.begin(), copies.end(), [](const auto& c) { return c->seen.empty(); })) return;
+  if (!spares_due_.count(key)) spares_due_.emplace(key, SpareDue{added, inner});
+}
+
+std::size_t DeviceProgramCache::load_spares(Clock::time_point now) {
+  std::size_t loaded = 0;
+  auto due = std::move(spares_due_);
+  spares_due_.clear();
+  for (auto& [key, spare] : due) {
+    Copies* copies = wrappers_.find(key);
+    if (!copies || copies->size() >= kMaxCopies) continue;  // dropped from the cache, or full meanwhile
+    for (const auto& c : *copies)
+      std::erase_if(c->seen, [&](const auto& kv) { return now - kv.second >= kReuseAfter; });
+    if (std::any_of(copies->begin(), copies->end(), [](const auto& c) { return c->seen.empty(); })) continue;
+    // A spare that does not load is no error of any repair: the next one that needs a copy
+    // loads it then, and reports that.
+    auto fd = load_wrapper(wrap_device_program(spare.added, spare.inner), "a spare", 0);
+    if (!fd) continue;
+    ++wrapper_loads_;
+    bpf_prog_info info{};
+    std::uint32_t len = sizeof(info);
+    const std::uint32_t id = bpf_obj_get_info_by_fd(*fd, &info, &len) == 0 ? info.id : 0;
+    auto copy = std::make_unique<Copy>();
+    *copy = Copy{*fd, id, {}};
+    copy_by_id_[id] = copy.get();
+    copies->push_back(std::move(copy));
+    ++loaded;
+  }
+  return loaded;
 }
 
 }  // namespace gdw

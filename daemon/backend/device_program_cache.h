@@ -15,7 +15,10 @@
 // wrapper replaced. runc does all three within one run, milliseconds apart; kReuseAfter
 // leaves a run stalled on a loaded node ample time. So a wrapper has copies (kMaxCopies,
 // loaded as needed: one per repair of the same cgroup within kReuseAfter); past those a
-// copy is loaded and not kept. Both caches are bounded (least recently used go first; a
+// copy is loaded and not kept. A copy loaded while a repair waits costs the reaction a
+// verifier run (~0.5 ms), so once a repair has taken the last copy no cgroup has seen, a
+// spare is loaded after the repair (load_spares(), while kMaxCopies allows): the next
+// repair that needs one finds it loaded. Both caches are bounded (least recently used go first; a
 // description is about 2 KiB, 256 cover the programs of a hundred GPU containers). A wrapper dropped from the cache stays loaded while it is attached somewhere
 // (the kernel holds it), and is freed after.
 #pragma once
@@ -67,6 +70,10 @@ class DeviceProgramCache {
   Result<Wrapper> wrapper(const std::vector<WantedDevice>& added, const BpfCode& inner, const std::string& dir,
                           std::uint32_t old_id, Clock::time_point now);
 
+  // Loads the spare copies that wrapper() found missing since the last call (off the
+  // reaction's path: after a repair's grant); returns how many were loaded.
+  std::size_t load_spares(Clock::time_point now);
+
   std::size_t programs() const { return programs_.size(); }
   std::size_t wrappers() const { return wrappers_.size(); }
   std::size_t wrapper_loads() const { return wrapper_loads_; }  // verifier runs so far
@@ -91,11 +98,19 @@ class DeviceProgramCache {
   };
   using Copies = std::vector<std::unique_ptr<Copy>>;
   void forget(const Copies& copies);
+  // After `copies` (of `key`) handed one out: a spare is due when no copy is unseen.
+  void want_spare(const std::string& key, const Copies& copies, const std::vector<WantedDevice>& added,
+                  const BpfCode& inner);
+  struct SpareDue {
+    std::vector<WantedDevice> added;
+    BpfCode inner;
+  };
 
   std::size_t max_programs_, max_wrappers_;
   Lru<std::uint32_t, AttachedDeviceProgram> programs_;
   Lru<std::string, Copies> wrappers_;  // (added, inner) as bytes → its copies
   std::unordered_map<std::uint32_t, Copy*> copy_by_id_;
+  std::unordered_map<std::string, SpareDue> spares_due_;  // by key
   std::size_t wrapper_loads_ = 0;
 };
 

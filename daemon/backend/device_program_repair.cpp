@@ -79,12 +79,16 @@ class CgroupRepair {
       : where_(where), wanted_(wanted), cache_(cache), repair_(repair) {}
 
   // `seen`: this cgroup as a snapshot just found it, for the first round (nullptr: query).
-  Status run(int cgroup_fd, const DeviceProgramsSnapshot::Cgroup* seen) {
+  // The programs attached at the end when a query found nothing left to do (the caller's
+  // own final query is then not needed); nullopt otherwise.
+  Result<std::optional<std::vector<AttachedDeviceProgram>>> run(int cgroup_fd,
+                                                                const DeviceProgramsSnapshot::Cgroup* seen) {
     const std::size_t left_before = repair_.left_attached.size();
     for (int round = 0; round < kRepairRounds; ++round) {
       v2_kernel::AttachedIds ids;
       std::vector<AttachedDeviceProgram> attached;
-      if (round == 0 && seen) {
+      const bool queried_now = round > 0 || !seen;
+      if (!queried_now) {
         ids.attach_flags = seen->attach_flags;
         attached = seen->programs;
         for (const auto& p : attached) ids.ids.push_back(p.id);
@@ -97,11 +101,15 @@ class CgroupRepair {
       V2Plan plan = plan_v2_repair(attached, wanted_);
       repair_.left_attached.resize(left_before);
       for (auto& l : plan.leave) repair_.left_attached.push_back(std::move(l));
-      if (plan.replace.empty() && plan.detach.empty()) return {};
+      if (plan.replace.empty() && plan.detach.empty()) {
+        if (queried_now) return std::optional(std::move(attached));
+        return std::optional<std::vector<AttachedDeviceProgram>>();
+      }
       auto acted = act(cgroup_fd, ids.attach_flags, plan);
       if (!acted) return acted.error();
     }
-    return {};  // still changing after every round: the caller's final query tells
+    // Still changing after every round: the caller's final query tells.
+    return std::optional<std::vector<AttachedDeviceProgram>>();
   }
 
  private:
@@ -147,14 +155,25 @@ class CgroupRepair {
 
 Status repair_cgroup(const v2_kernel::DeviceCgroup& where, const std::vector<WantedDevice>& wanted,
                      DeviceProgramCache& cache, const DeviceProgramsSnapshot::Cgroup* seen, V2Repair& repair) {
-  auto cgroup = v2_kernel::open_cgroup(where.dir);
-  if (!cgroup) {
-    // crun's sub-cgroup going away with its container is not an error of the container's.
-    if (!where.subgroup.empty() && ::access(where.dir.c_str(), F_OK) != 0) return {};
-    return cgroup.error();
+  // Through the look's own descriptor where there was a look: the same cgroup, whatever
+  // happened to its path since.
+  v2_kernel::OwnedFd opened;
+  int cgroup_fd = seen && seen->fd ? *seen->fd : -1;
+  if (cgroup_fd < 0) {
+    auto cgroup = v2_kernel::open_cgroup(where.dir);
+    if (!cgroup) {
+      // crun's sub-cgroup going away with its container is not an error of the container's.
+      if (!where.subgroup.empty() && ::access(where.dir.c_str(), F_OK) != 0) return {};
+      return cgroup.error();
+    }
+    opened = std::move(*cgroup);
+    cgroup_fd = opened.get();
   }
-  if (auto done = CgroupRepair(where, wanted, cache, repair).run(cgroup->get(), seen); !done) return done.error();
-  auto now = v2_kernel::describe_attached(cgroup->get(), where.dir, cache);
+  auto done = CgroupRepair(where, wanted, cache, repair).run(cgroup_fd, seen);
+  if (!done) return done.error();
+  Result<std::vector<AttachedDeviceProgram>> now =
+      *done ? Result<std::vector<AttachedDeviceProgram>>(std::move(**done))
+            : v2_kernel::describe_attached(cgroup_fd, where.dir, cache);
   if (!now) return now.error();
   for (auto& p : *now) {
     p.subgroup = where.subgroup;
@@ -163,18 +182,27 @@ Status repair_cgroup(const v2_kernel::DeviceCgroup& where, const std::vector<Wan
   return {};
 }
 
+// The cgroups to repair: those the look found (no second lookup of crun's sub-cgroup), or,
+// without a look, those there now.
+std::vector<std::pair<v2_kernel::DeviceCgroup, const DeviceProgramsSnapshot::Cgroup*>> cgroups_to_repair(
+    const std::string& cgroup_dir, const DeviceProgramsSnapshot* seen) {
+  std::vector<std::pair<v2_kernel::DeviceCgroup, const DeviceProgramsSnapshot::Cgroup*>> out;
+  if (seen) {
+    for (const auto& cg : seen->cgroups)
+      out.push_back({{cg.subgroup.empty() ? cgroup_dir : cgroup_dir + "/" + cg.subgroup, cg.subgroup}, &cg});
+    return out;
+  }
+  for (auto& where : v2_kernel::device_cgroups_of(cgroup_dir)) out.push_back({std::move(where), nullptr});
+  return out;
+}
+
 }  // namespace
 
 Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,
                                         DeviceProgramCache& cache, const DeviceProgramsSnapshot* seen) {
   V2Repair repair;
-  for (const auto& where : v2_kernel::device_cgroups_of(cgroup_dir)) {
-    const DeviceProgramsSnapshot::Cgroup* seen_here = nullptr;
-    if (seen)
-      for (const auto& cg : seen->cgroups)
-        if (cg.subgroup == where.subgroup) seen_here = &cg;
+  for (const auto& [where, seen_here] : cgroups_to_repair(cgroup_dir, seen))
     if (auto done = repair_cgroup(where, wanted, cache, seen_here, repair); !done) return done.error();
-  }
   repair.still_denied = denied_by_programs(repair.now, wanted);
   std::vector<AttachedDeviceProgram> unreplaceable;
   for (const auto& left : repair.left_attached) unreplaceable.push_back(left.program);

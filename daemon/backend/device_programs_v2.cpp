@@ -254,7 +254,11 @@ Result<DeviceProgramsSnapshot> snapshot_device_programs(const std::string& cgrou
     auto programs = v2_kernel::describe_attached(cgroup->get(), cg.dir, cache, nullptr, &ids);
     if (!programs) return programs.error();
     for (auto& p : *programs) p.subgroup = cg.subgroup;
-    snapshot.cgroups.push_back({cg.subgroup, ids.attach_flags, std::move(*programs)});
+    std::shared_ptr<const int> fd(new int(cgroup->release()), [](const int* f) {
+      ::close(*f);
+      delete f;
+    });
+    snapshot.cgroups.push_back({cg.subgroup, ids.attach_flags, std::move(*programs), std::move(fd)});
   }
   return snapshot;
 }

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,6 +74,9 @@ struct DeviceProgramsSnapshot {
     std::string subgroup;  // "" or kCrunSubgroup
     std::uint32_t attach_flags = 0;
     std::vector<AttachedDeviceProgram> programs;
+    // The cgroup as opened for this look (closed with the last copy): a grant that follows
+    // acts through it rather than looking the path up again, a few µs on the reaction's path.
+    std::shared_ptr<const int> fd;
   };
   std::vector<Cgroup> cgroups;
   std::vector<AttachedDeviceProgram> all() const;  // every program, own cgroup's first

@@ -31,6 +31,7 @@ class OwnedFd {
   OwnedFd& operator=(const OwnedFd&) = delete;
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_;

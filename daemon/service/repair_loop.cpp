@@ -44,6 +44,7 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
   earliest(out.retry_at, step.settled.retry_at);
   if (persist_in_scope(w.target)) out.granted = step.settled.granted;  // before the report takes them
   report_.grants(w, step, trigger);
+  access.prepare_next_grant();
   return out;
 }
 

@@ -373,6 +373,38 @@ TEST_F(DeviceProgramsV2, WrapperCopiesAreReusedOnlyAfterTheirTimeAndStayBounded)
   EXPECT_EQ(cache.wrapper_loads(), DeviceProgramCache::kMaxCopies + 1) << "no verifier run for a reused copy";
 }
 
+TEST_F(DeviceProgramsV2, ASpareCopyIsLoadedAfterARepairSoTheNextOneRunsNoVerifier) {
+  DeviceProgramCache cache;
+  const std::vector<WantedDevice> desired{wanted(195, 0, kAccessReadWrite, "nvidia0")};
+  ForeignProgram spec("", kSpec);
+  ASSERT_GE(spec.fd, 0) << std::strerror(spec.load_errno);
+  const auto inner = cache.describe(spec.id);
+  ASSERT_TRUE(inner.has_value());
+  const auto t0 = Clock::now();
+
+  auto first = cache.wrapper(desired, inner->code, "/a", spec.id, t0);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(cache.wrapper_loads(), 1u);
+  EXPECT_EQ(cache.load_spares(t0), 1u) << "the only copy is in /a: a spare is due";
+  EXPECT_EQ(cache.load_spares(t0), 0u) << "loaded once";
+  // /a re-applied while its copy is attached there: the spare, no verifier run now.
+  cache.seen_attached("/a", {first->id}, t0);
+  auto second = cache.wrapper(desired, inner->code, "/a", spec.id, t0);
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_NE(second->id, first->id);
+  EXPECT_EQ(second->owned.use_count(), 0) << "the spare is the cache's";
+  EXPECT_EQ(cache.wrapper_loads(), 2u) << "the repair itself ran no verifier";
+  // Both copies are now seen in /a: the next spare is due, and so on up to kMaxCopies.
+  EXPECT_EQ(cache.load_spares(t0), 1u);
+  std::size_t loaded = 3;
+  for (int i = 0; i < 3 * static_cast<int>(DeviceProgramCache::kMaxCopies); ++i) {
+    auto w = cache.wrapper(desired, inner->code, "/a", spec.id, t0);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    loaded += cache.load_spares(t0);
+  }
+  EXPECT_LE(loaded, DeviceProgramCache::kMaxCopies) << "spares stop at kMaxCopies";
+}
+
 TEST_F(DeviceProgramsV2, ALinkAttachedProgramIsReportedAndStillDenies) {
   ForeignProgram runtime("", kSpec);
   ASSERT_GE(runtime.fd, 0) << std::strerror(runtime.load_errno);

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 
 #include "kubelet/checkpoint.h"
@@ -51,11 +53,38 @@ std::string random_uuid() {
 
 SandboxNode::SandboxNode() : SandboxNode(Options{}) {}
 
+FixtureMajors fixture_majors_for_host(const std::string& proc_devices) {
+  std::set<std::uint32_t> held;
+  std::istringstream lines(proc_devices);
+  for (std::string line; std::getline(lines, line) && line.rfind("Block devices:", 0) != 0;) {
+    std::istringstream fields(line);
+    std::uint32_t major;
+    if (fields >> major) held.insert(major);
+  }
+  const FixtureMajors usual;
+  if (!held.contains(usual.nvidia) && !held.contains(usual.uvm) && !held.contains(usual.caps)) return usual;
+  std::vector<std::uint32_t> free;
+  for (auto [first, last] : {std::pair{60u, 63u}, {120u, 127u}, {240u, 254u}})
+    for (std::uint32_t m = first; m <= last; ++m)
+      if (!held.contains(m)) free.push_back(m);
+  if (free.size() < 3) throw std::runtime_error("no three free local-use majors for the fixture nodes");
+  return {free[0], free[1], free[2]};
+}
+
+std::pair<std::string, std::string> cgroup2_location() {
+  if (::access("/sys/fs/cgroup/unified/cgroup.controllers", F_OK) == 0) return {"/sys/fs/cgroup", "unified"};
+  return {"/sys/fs", "cgroup"};
+}
+
 SandboxNode::SandboxNode(const Options& options)
-    : options_(options), cgroups_(options.v2 ? "unified" : "devices", options.tag) {
-  std::string devices = "Character devices:\n  1 mem\n  5 /dev/tty\n195 nvidia\n195 nvidiactl\n";
-  if (options_.create_uvm_nodes) devices += std::to_string(kUvmMajor) + " nvidia-uvm\n";
-  devices += std::to_string(kCapsMajor) + " nvidia-caps\n\nBlock devices:\n  7 loop\n";
+    : options_(options),
+      cgroups_(options.v2 ? cgroup2_location().second : "devices", options.tag,
+               options.v2 ? cgroup2_location().first : "/sys/fs/cgroup") {
+  const FixtureMajors& m = options_.majors;
+  std::string devices = "Character devices:\n  1 mem\n  5 /dev/tty\n" + std::to_string(m.nvidia) + " nvidia\n" +
+                        std::to_string(m.nvidia) + " nvidiactl\n";
+  if (options_.create_uvm_nodes) devices += std::to_string(m.uvm) + " nvidia-uvm\n";
+  devices += std::to_string(m.caps) + " nvidia-caps\n\nBlock devices:\n  7 loop\n";
   files_.write("proc/devices", devices);
   for (int i = 0; i < options_.gpus; ++i) {
     char bus[32];
@@ -65,15 +94,15 @@ SandboxNode::SandboxNode(const Options& options)
                      "\nVideo BIOS: \t 96.00.af.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
                      "DMA Mask: \t 0xfffffffffffff\nBus Location: \t " + bus + "\nDevice Minor: \t " +
                      std::to_string(i) + "\nGPU Excluded: \t No\n");
-    make_node(node_path("nvidia" + std::to_string(i)), kNvidiaMajor, static_cast<std::uint32_t>(i));
+    make_node(node_path("nvidia" + std::to_string(i)), m.nvidia, static_cast<std::uint32_t>(i));
   }
   files_.write("proc/driver/nvidia-caps/mig-minors", "config 1\nmonitor 2\n");
   // The probe names v1 hierarchies by the running kernel's ids: the fixture carries the real file.
   files_.write("proc/cgroups", read_file("/proc/cgroups"));
-  make_node(node_path("nvidiactl"), kNvidiaMajor, 255);
+  make_node(node_path("nvidiactl"), m.nvidia, 255);
   if (options_.create_uvm_nodes) {
-    make_node(node_path("nvidia-uvm"), kUvmMajor, 0);
-    make_node(node_path("nvidia-uvm-tools"), kUvmMajor, 1);
+    make_node(node_path("nvidia-uvm"), m.uvm, 0);
+    make_node(node_path("nvidia-uvm-tools"), m.uvm, 1);
   }
   files_.mkdirs("run/containerd/io.containerd.runtime.v2.task/k8s.io");
   files_.mkdirs("crio/overlay-containers");
@@ -153,23 +182,25 @@ const SandboxContainer& SandboxNode::add_container(SandboxContainerSpec spec) {
   c.cgroup_dir = cgroups_.make(c.cgroup_rel);
   // Container creation as runc does it, then the NVIDIA hook's out-of-band grants.
   std::vector<std::string> hook_rules;
+  const std::string nvidia = "c " + std::to_string(options_.majors.nvidia) + ":";
+  const std::string uvm = "c " + std::to_string(options_.majors.uvm) + ":";
   if (!c.spec.device_ids.empty()) {
     if (c.spec.hook_grants_gpu) {
       for (const auto& id : c.spec.device_ids) {
         for (int i = 0; i < options_.gpus; ++i)
-          if (id.rfind(gpu_uuid(i), 0) == 0) hook_rules.push_back("c 195:" + std::to_string(i) + " rw");
+          if (id.rfind(gpu_uuid(i), 0) == 0) hook_rules.push_back(nvidia + std::to_string(i) + " rw");
       }
-      hook_rules.push_back("c 195:255 rw");
+      hook_rules.push_back(nvidia + "255 rw");
     }
     if (c.spec.hook_grants_uvm && options_.create_uvm_nodes) {
-      hook_rules.push_back("c " + std::to_string(kUvmMajor) + ":0 rw");
-      hook_rules.push_back("c " + std::to_string(kUvmMajor) + ":1 rw");
+      hook_rules.push_back(uvm + "0 rw");
+      hook_rules.push_back(uvm + "1 rw");
     }
   }
-  for (int gpu : c.spec.env_hook_gpus) hook_rules.push_back("c 195:" + std::to_string(gpu) + " rw");
+  for (int gpu : c.spec.env_hook_gpus) hook_rules.push_back(nvidia + std::to_string(gpu) + " rw");
   if (!c.spec.env_hook_gpus.empty()) {
-    hook_rules.push_back("c 195:255 rw");
-    if (options_.create_uvm_nodes) hook_rules.push_back("c " + std::to_string(kUvmMajor) + ":0 rw");
+    hook_rules.push_back(nvidia + "255 rw");
+    if (options_.create_uvm_nodes) hook_rules.push_back(uvm + "0 rw");
   }
   if (options_.v2) {
     // The runtime's program as the hook leaves it: the spec plus the GPU nodes.
@@ -321,7 +352,11 @@ void SandboxNode::write_checkpoint() {
 }
 
 std::string SandboxNode::write_config(const std::string& extra, const std::string& kubelet_extra) const {
-  std::string yaml = "cgroup:\n  root: " + cgroups_.hierarchy_root().substr(0, cgroups_.hierarchy_root().rfind('/')) +
+  // The daemon's cgroup.root: /sys/fs/cgroup, whose devices/ or unified/ it uses, or which is
+  // the cgroup2 mount itself on a pure v2 host.
+  const std::string& hierarchy = cgroups_.hierarchy_root();
+  const std::string root = hierarchy == "/sys/fs/cgroup" ? hierarchy : hierarchy.substr(0, hierarchy.rfind('/'));
+  std::string yaml = "cgroup:\n  root: " + root +
                      (options_.v2 ? "\n  version: v2" : "\n  version: v1") +
                      "\n  kubepods: " + kubepods_rel() + "\nkubelet:\n  checkpoint: " + checkpoint_path() + "\n  device_plugins_dir: " +
                      files_.path() + "/kubelet/device-plugins\n  pod_resources_socket: " + pod_resources_socket() +

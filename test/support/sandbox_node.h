@@ -26,6 +26,20 @@ inline constexpr std::uint32_t kNvidiaMajor = 195;
 inline constexpr std::uint32_t kUvmMajor = 237;
 inline constexpr std::uint32_t kCapsMajor = 238;
 
+// The majors a sandbox node gives its nvidia, nvidia-uvm and nvidia-caps nodes.
+struct FixtureMajors {
+  std::uint32_t nvidia = kNvidiaMajor, uvm = kUvmMajor, caps = kCapsMajor;
+};
+// The usual majors, or, on a host where a real driver holds one of them (a GPU machine), majors
+// from the ranges reserved for local use (60-63, 120-127, 240-254) that no driver holds, so
+// that an allowed open of a fixture node still reaches no driver (ENXIO) instead of waking a
+// real GPU. `proc_devices` is the host's /proc/devices text.
+FixtureMajors fixture_majors_for_host(const std::string& proc_devices);
+
+// Where the cgroup2 hierarchy is: /sys/fs/cgroup/unified on a hybrid host (these VMs), else
+// /sys/fs/cgroup on a pure v2 host. {cgroup_root, hierarchy} as CgroupSandbox takes them.
+std::pair<std::string, std::string> cgroup2_location();
+
 struct SandboxContainerSpec {
   std::string pod_namespace = "default";
   std::string pod_name;
@@ -81,12 +95,17 @@ class SandboxNode {
     // cgroup v2 (the cgroup2 mount at /sys/fs/cgroup/unified): containers get a runtime's
     // device program instead of v1 rules; re-applying attaches systemd's ANDed program.
     bool v2 = false;
+    FixtureMajors majors;
   };
   SandboxNode();
   explicit SandboxNode(const Options& options);
   ~SandboxNode();
 
-  static bool available(bool v2 = false) { return CgroupSandbox::available(v2 ? "unified" : "devices"); }
+  static bool available(bool v2 = false) {
+    return v2 ? CgroupSandbox::available(cgroup2_location().second, cgroup2_location().first)
+              : CgroupSandbox::available("devices");
+  }
+  const FixtureMajors& majors() const { return options_.majors; }
 
   const SandboxContainer& add_container(SandboxContainerSpec spec);
   // Kills the container's process and removes its cgroup and bundle (checkpoint untouched).
