@@ -1,0 +1,104 @@
+// The wrapper cache of cgroup v2 repairs (backend/device_program_cache): copies of a
+// wrapper and when they may be attached again, and the spare copy loaded after a repair so
+// that the next one runs no verifier. Real BPF_PROG_LOADs; no cgroup is touched.
+#include "backend/device_program_cache.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+#include <cstring>
+#include <vector>
+
+#include "runtime/oci_config.h"
+#include "support/foreign_device_program.h"
+
+namespace gdw::test {
+namespace {
+
+const OciDeviceCgroupRule kDenyAll{false, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}};
+// A container's spec: deny everything, then /dev/null.
+const std::vector<OciDeviceCgroupRule> kSpec{kDenyAll, {true, DeviceRule{DeviceType::kChar, 1, 3, kAccessAll}}};
+
+WantedDevice wanted(std::uint32_t major, std::uint32_t minor, std::uint8_t access, const std::string& name) {
+  return WantedDevice{{DeviceType::kChar, major, minor}, access, name, "test"};
+}
+
+class DeviceProgramCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (BPF_PROG_LOAD)";
+    ForeignProgram probe("", {kDenyAll});
+    if (probe.fd < 0)
+      GTEST_SKIP() << "BPF_PROG_LOAD of a cgroup device program refused: " << std::strerror(probe.load_errno);
+    spec_ = std::make_unique<ForeignProgram>("", kSpec);
+    ASSERT_GE(spec_->fd, 0) << std::strerror(spec_->load_errno);
+    auto described = cache.describe(spec_->id);
+    ASSERT_TRUE(described.has_value());
+    inner = described->code;
+  }
+  // A wrapper of the spec's program adding the GPU, for cgroup `dir` at `at`.
+  Result<DeviceProgramCache::Wrapper> wrapper(const std::string& dir, Clock::time_point at) {
+    return cache.wrapper(desired, inner, dir, spec_->id, at);
+  }
+
+  DeviceProgramCache cache;
+  const std::vector<WantedDevice> desired{wanted(195, 0, kAccessReadWrite, "nvidia0")};
+  std::unique_ptr<ForeignProgram> spec_;
+  BpfCode inner;
+  const Clock::time_point t0 = Clock::now();
+};
+
+TEST_F(DeviceProgramCacheTest, WrapperCopiesAreReusedOnlyAfterTheirTimeAndStayBounded) {
+  std::vector<std::uint32_t> ids;
+  for (std::size_t i = 0; i < DeviceProgramCache::kMaxCopies; ++i) {
+    auto w = wrapper("/a", t0);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), w->id), 0) << "copy " << i << " was handed to /a already";
+    EXPECT_EQ(w->owned.use_count(), 0) << "kept by the cache";
+    ids.push_back(w->id);
+  }
+  EXPECT_EQ(cache.wrapper_loads(), DeviceProgramCache::kMaxCopies);
+  auto past = wrapper("/a", t0);
+  ASSERT_TRUE(past.ok()) << past.error().message;
+  EXPECT_EQ(past->owned.use_count(), 1) << "a copy past kMaxCopies is not kept: the caller owns it";
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), past->id), 0);
+
+  auto other = wrapper("/b", t0);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->id, ids[0]) << "another cgroup shares the first copy";
+  // Seen attached in /a again just now: not reused there until kReuseAfter after that.
+  cache.seen_attached("/a", {ids[0]}, t0 + DeviceProgramCache::kReuseAfter / 2);
+  auto later = wrapper("/a", t0 + DeviceProgramCache::kReuseAfter);
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(later->id, ids[1]) << "the first copy was seen in /a too lately";
+  EXPECT_EQ(cache.wrapper_loads(), DeviceProgramCache::kMaxCopies + 1) << "no verifier run for a reused copy";
+}
+
+TEST_F(DeviceProgramCacheTest, ASpareCopyIsLoadedAfterARepairSoTheNextOneRunsNoVerifier) {
+  auto first = wrapper("/a", t0);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(cache.wrapper_loads(), 1u);
+  EXPECT_EQ(cache.load_spares(t0), 1u) << "the only copy is in /a: a spare is due";
+  EXPECT_EQ(cache.load_spares(t0), 0u) << "loaded once";
+  // /a re-applied while its copy is attached there: the spare, no verifier run now.
+  cache.seen_attached("/a", {first->id}, t0);
+  auto second = wrapper("/a", t0);
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_NE(second->id, first->id);
+  EXPECT_EQ(second->owned.use_count(), 0) << "the spare is the cache's";
+  EXPECT_EQ(cache.wrapper_loads(), 2u) << "the repair itself ran no verifier";
+  // Both copies are now seen in /a: the next spare is due, and so on up to kMaxCopies.
+  EXPECT_EQ(cache.load_spares(t0), 1u);
+  std::size_t loaded = 3;
+  for (int i = 0; i < 3 * static_cast<int>(DeviceProgramCache::kMaxCopies); ++i) {
+    auto w = wrapper("/a", t0);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    loaded += cache.load_spares(t0);
+  }
+  EXPECT_LE(loaded, DeviceProgramCache::kMaxCopies) << "spares stop at kMaxCopies";
+}
+
+}  // namespace
+}  // namespace gdw::test
