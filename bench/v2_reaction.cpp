@@ -2,11 +2,10 @@
 // GPU stays denied after a re-apply of its device policy, and what BPF activity that has
 // nothing to do with GPUs costs the daemon. On sandbox nodes on the real kernel (real test
 // cgroups under a unique parent, a sleeping process in each, mknod'ed GPU nodes): first a
-// cgroup v2 node (the cgroup2 mount at /sys/fs/cgroup/unified, or /sys/fs/cgroup on a pure v2
-// host such as a GPU machine, where the fixture nodes take free local-use majors so that no
-// open reaches the real driver; each container starts with
-// a runtime's device program allowing its spec plus its GPU, as the NVIDIA hook leaves it),
-// then a cgroup v1 node, each with --containers containers of which --gpu-containers hold
+// cgroup v2 node (the cgroup2 mount at /sys/fs/cgroup/unified, or /sys/fs/cgroup on a pure
+// v2 host such as a GPU machine, where the fixture nodes take free local-use majors so that
+// no open reaches the real driver; each container starts with a runtime's device program
+// allowing its spec plus its GPU, as the NVIDIA hook leaves it), then a cgroup v1 node, each with --containers containers of which --gpu-containers hold
 // one GPU (round robin over --gpus).
 //
 // The daemon runs with the default configuration: only what a sandbox node needs is set (its
@@ -143,7 +142,7 @@ class BenchNode {
         node_(SandboxNode::Options{.gpus = o.gpus,
                                    .tag = v2 ? "v2reaction-v2" : "v2reaction-v1",
                                    .v2 = v2,
-                                   .majors = gdw::test::fixture_majors_for_host(gdw::test::read_file("/proc/devices"))}) {
+                                   .majors = fixture_majors_for_host(gdw::test::read_file("/proc/devices"))}) {
     const auto holders = add_bench_containers(node_, o.containers, o.gpu_containers, o.gpus, check_interrupted);
     for (std::size_t i = 0; i < holders.size(); ++i) {
       const auto minor = static_cast<std::uint32_t>(i % static_cast<std::size_t>(o.gpus));

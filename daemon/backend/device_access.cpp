@@ -96,11 +96,11 @@ class DeviceProgramsV2 final : public DeviceAccess {
     return state;
   }
 
-  // Each program denying a wanted device is wrapped (it then allows the wanted devices and
-  // decides as before for the rest); the others stay as they are.
   // The next repair's wrapper copy, loaded now rather than while that repair waits.
   void prepare_next_grant() override { cache_.load_spares(Clock::now()); }
 
+  // Each program denying a wanted device is wrapped (it then allows the wanted devices and
+  // decides as before for the rest); the others stay as they are.
   GrantReport grant(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,
                     const std::vector<WantedDevice>& devices) override {
     GrantReport report;

@@ -18,9 +18,10 @@
 // copy is loaded and not kept. A copy loaded while a repair waits costs the reaction a
 // verifier run (~0.5 ms), so once a repair has taken the last copy no cgroup has seen, a
 // spare is loaded after the repair (load_spares(), while kMaxCopies allows): the next
-// repair that needs one finds it loaded. Both caches are bounded (least recently used go first; a
-// description is about 2 KiB, 256 cover the programs of a hundred GPU containers). A wrapper dropped from the cache stays loaded while it is attached somewhere
-// (the kernel holds it), and is freed after.
+// repair that needs one finds it loaded. Both caches are bounded (least recently used go
+// first; a description is about 2 KiB, 256 cover the programs of a hundred GPU
+// containers). A wrapper dropped from the cache stays loaded while it is attached
+// somewhere (the kernel holds it), and is freed after.
 #pragma once
 
 #include <cstdint>
