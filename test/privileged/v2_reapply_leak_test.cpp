@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -60,7 +61,10 @@ struct Usage {
   int syscall_hook = 0;
   long daemon_rss_anon_kib = 0;
   std::size_t loaded = 0;      // cgroup_device programs in the kernel
-  std::size_t unattached = 0;  // of those, attached to no cgroup and not held by the daemon
+  // Of those, attached to no cgroup and held by neither the daemon nor another process
+  // (another test's daemon in a parallel ctest holds its own spare wrappers): what this
+  // test's re-appliers or links left behind.
+  std::size_t unattached = 0;
   std::size_t attached_here = 0;
   long dying_cgroups = 0;  // nr_dying_descendants of the sandbox's parent
 };
@@ -74,9 +78,23 @@ long dying_descendants(const std::string& cgroup_dir) {
   return -1;
 }
 
+// cgroup_device program ids held through descriptors by processes other than this test and
+// `daemon`.
+std::set<std::uint32_t> held_by_others(pid_t daemon) {
+  std::set<std::uint32_t> ids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = std::stoi(name);
+    if (pid == ::getpid() || pid == daemon) continue;
+    ids.merge(program_ids_held(pid, BPF_PROG_TYPE_CGROUP_DEVICE));
+  }
+  return ids;
+}
+
 // Taken once quiet; the descriptors are counted before the scrape made here (a scrape
-// holds a socket for a moment). The kernel's figures are the smallest of three samples: other test runs may share the kernel
-// and have programs in flight.
+// holds a socket for a moment). The kernel's figures are the smallest of three samples:
+// other test runs may share the kernel and have programs in flight.
 Usage measure(DaemonHarness& daemon, const std::string& sandbox_dir) {
   const pid_t pid = daemon.process().pid();
   Usage u;
@@ -93,9 +111,10 @@ Usage measure(DaemonHarness& daemon, const std::string& sandbox_dir) {
     if (sample > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     const auto loaded = loaded_program_ids(BPF_PROG_TYPE_CGROUP_DEVICE);
     const auto attached = attached_program_ids_below(kCgroup2Root);
+    const auto others = held_by_others(pid);
     std::vector<std::uint32_t> unattached;
     for (std::uint32_t id : loaded)
-      if (!attached.count(id) && !held.count(id)) unattached.push_back(id);
+      if (!attached.count(id) && !held.count(id) && !others.count(id)) unattached.push_back(id);
     u.loaded = std::min(u.loaded, loaded.size());
     u.unattached = std::min(u.unattached, unattached.size());
   }
@@ -106,7 +125,7 @@ Usage measure(DaemonHarness& daemon, const std::string& sandbox_dir) {
 
 void print(const char* when, const Usage& u) {
   std::printf("[ observed ] %s: daemon fds %zu (bpf-prog %zu, of which wrapper copies %zu; syscall hook %d), RssAnon "
-              "%ld KiB; cgroup_device programs loaded %zu, unattached and not the daemon's %zu, attached in the sandbox "
+              "%ld KiB; cgroup_device programs loaded %zu, unattached and held by nobody else %zu, attached in the sandbox "
               "%zu; dying cgroups %ld\n",
               when, u.daemon_fds, u.daemon_bpf_prog_fds, u.daemon_wrapper_fds, u.syscall_hook, u.daemon_rss_anon_kib,
               u.loaded, u.unattached, u.attached_here, u.dying_cgroups);
