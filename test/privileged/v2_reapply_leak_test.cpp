@@ -21,6 +21,7 @@
 #include <iterator>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "backend/device_program_cache.h"
@@ -106,18 +107,23 @@ Usage measure(DaemonHarness& daemon, const std::string& sandbox_dir) {
   u.daemon_wrapper_fds = held.size();
   u.daemon_rss_anon_kib = rss_anon_kib(pid);
   u.syscall_hook = daemon.metric("gpu_devwatch_probe_syscall_hook_attached") == 1 ? 1 : 0;
-  u.loaded = u.unattached = SIZE_MAX;
+  u.loaded = SIZE_MAX;
+  // Unattached and unheld in every sample: a program another run frees while a sample is
+  // taken (detached, its last descriptor closed, its release deferred) is in one at most.
+  std::set<std::uint32_t> unattached;
   for (int sample = 0; sample < 3; ++sample) {
     if (sample > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     const auto loaded = loaded_program_ids(BPF_PROG_TYPE_CGROUP_DEVICE);
     const auto attached = attached_program_ids_below(kCgroup2Root);
     const auto others = held_by_others(pid);
-    std::vector<std::uint32_t> unattached;
+    std::set<std::uint32_t> now;
     for (std::uint32_t id : loaded)
-      if (!attached.count(id) && !held.count(id) && !others.count(id)) unattached.push_back(id);
+      if (!attached.count(id) && !held.count(id) && !others.count(id) && (sample == 0 || unattached.count(id)))
+        now.insert(id);
+    unattached = std::move(now);
     u.loaded = std::min(u.loaded, loaded.size());
-    u.unattached = std::min(u.unattached, unattached.size());
   }
+  u.unattached = unattached.size();
   u.attached_here = attached_program_ids_below(sandbox_dir).size();
   u.dying_cgroups = dying_descendants(sandbox_dir);
   return u;
