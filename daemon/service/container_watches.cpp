@@ -62,42 +62,26 @@ void ContainerWatches::clear() { watches_->clear(); }
 
 ContainerEvents ContainerWatches::read() {
   ContainerEvents out;
-  auto events = inotify_->read_queued();
-  if (!events) {
-    metrics_.event_loop_error("inotify");
-    log::error(events.error().message);
-    return out;
-  }
-  for (const auto& ev : *events) {
-    if (ev.mask & IN_Q_OVERFLOW) {
-      metrics_.inotify_overflow();
-      out.overflow = true;
-      return out;
-    }
-    const WatchTarget* target = watches_->find(ev.wd);
-    if (!target) continue;
-    if (ev.mask & IN_IGNORED) {
-      watches_->forget(ev.wd);
-      continue;
-    }
-    switch (target->kind) {
+  out.overflow = watches_->drain([&out](const Inotify::Event& ev, const WatchTarget& target) {
+    switch (target.kind) {
       case WatchTarget::kContainerFile:  // a storm's event: nothing else to do now
-        if (target->cgroup_id)
-          out.rule_writes.push_back(target->cgroup_id);
+        if (target.cgroup_id)
+          out.rule_writes.push_back(target.cgroup_id);
         else
-          out.rule_write_dirs.push_back(target->path);
+          out.rule_write_dirs.push_back(target.path);
         break;
       case WatchTarget::kParentDenyFile:
-        out.parent_denies.push_back(target->path);
+        out.parent_denies.push_back(target.path);
         break;
       case WatchTarget::kTreeDir:
         if ((ev.mask & IN_ISDIR) && !ev.name.empty())
-          out.tree.push_back({target->path + "/" + ev.name, (ev.mask & (IN_CREATE | IN_MOVED_TO)) != 0});
+          out.tree.push_back({target.path + "/" + ev.name, (ev.mask & (IN_CREATE | IN_MOVED_TO)) != 0});
         break;
       default:
         break;
     }
-  }
+  });
+  if (out.overflow) return out;
   std::sort(out.rule_writes.begin(), out.rule_writes.end());
   out.rule_writes.erase(std::unique(out.rule_writes.begin(), out.rule_writes.end()), out.rule_writes.end());
   return out;

@@ -76,25 +76,8 @@ void NodeInputs::ensure_watches() {
 
 InputChanges NodeInputs::read() {
   InputChanges changes;
-  auto events = inotify_->read_queued();
-  if (!events) {
-    daemon_metrics_.event_loop_error("inotify");
-    log::error(events.error().message);
-    return changes;
-  }
-  for (const auto& ev : *events) {
-    if (ev.mask & IN_Q_OVERFLOW) {
-      daemon_metrics_.inotify_overflow();
-      changes.overflow = true;
-      return changes;
-    }
-    const WatchTarget* target = watches_->find(ev.wd);
-    if (!target) continue;
-    if (ev.mask & IN_IGNORED) {
-      watches_->forget(ev.wd);
-      continue;
-    }
-    switch (target->kind) {
+  changes.overflow = watches_->drain([&](const Inotify::Event& ev, const WatchTarget& target) {
+    switch (target.kind) {
       case WatchTarget::kCheckpointDir:
         changes.checkpoint |= ev.name == base_name(config_.kubelet.checkpoint);
         break;
@@ -110,7 +93,7 @@ InputChanges NodeInputs::read() {
       default:
         break;
     }
-  }
+  });
   return changes;
 }
 

@@ -42,4 +42,12 @@ const WatchTarget* WatchRegistry::find(int wd) const {
   return it == watches_.end() ? nullptr : &it->second;
 }
 
+std::optional<std::vector<Inotify::Event>> WatchRegistry::read_queued() {
+  auto events = inotify_.read_queued();
+  if (events) return std::move(*events);
+  metrics_.event_loop_error("inotify");
+  log::error(events.error().message);
+  return std::nullopt;
+}
+
 }  // namespace gdw

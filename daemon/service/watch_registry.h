@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "metrics/daemon_metrics.h"
 #include "watch/inotify.h"
@@ -33,7 +34,33 @@ class WatchRegistry {
   void clear();
   const WatchTarget* find(int wd) const;
 
+  // Reads what the inotify queue holds and hands `each(event, target)` every event of a
+  // watch still registered (IN_IGNORED forgets its watch). true on a queue overflow
+  // (counted): the caller rescans what it watches. A read error is counted and logged.
+  template <class Each>
+  bool drain(Each&& each) {
+    auto events = read_queued();
+    if (!events) return false;
+    for (const auto& ev : *events) {
+      if (ev.mask & IN_Q_OVERFLOW) {
+        metrics_.inotify_overflow();
+        return true;
+      }
+      const WatchTarget* target = find(ev.wd);
+      if (!target) continue;
+      if (ev.mask & IN_IGNORED) {
+        forget(ev.wd);
+        continue;
+      }
+      each(ev, *target);
+    }
+    return false;
+  }
+
  private:
+  // The queued events; nullopt after a read error (counted and logged).
+  std::optional<std::vector<Inotify::Event>> read_queued();
+
   Inotify& inotify_;
   DaemonMetrics metrics_;
   // Hashed: looked up for every inotify event (node-based, so find()'s pointer stays valid

@@ -26,7 +26,6 @@
 
 #include "backend/device_program_cache.h"
 #include "support/daemon_harness.h"
-#include "support/foreign_device_program.h"
 #include "support/process_usage.h"
 #include "support/v2_reapply_node.h"
 
@@ -140,9 +139,7 @@ void print(const char* when, const Usage& u) {
 class V2ReapplyLeak : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!SandboxNode::available(/*v2=*/true)) GTEST_SKIP() << "needs root and cgroup2 at /sys/fs/cgroup/unified";
-    if (ForeignProgram probe("", SandboxNode::spec_rules()); probe.fd < 0)
-      GTEST_SKIP() << "cgroup device programs cannot be loaded here";
+    if (auto why = SandboxNode::v2_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     node_ = std::make_unique<SandboxNode>(SandboxNode::Options{.v2 = true});
     for (int i = 0; i < kContainers; ++i)
       node_->add_container({.pod_namespace = "leak", .pod_name = "p" + std::to_string(i), .container_name = "c",

@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "support/daemon_harness.h"
-#include "support/foreign_device_program.h"
 #include "support/v2_reapply_node.h"
 
 namespace gdw::test {
@@ -61,9 +60,7 @@ std::vector<std::string> lines_with(const std::string& log, const std::string& n
 class V2ReapplyRace : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!SandboxNode::available(/*v2=*/true)) GTEST_SKIP() << "needs root and cgroup2 at /sys/fs/cgroup/unified";
-    if (ForeignProgram probe("", SandboxNode::spec_rules()); probe.fd < 0)
-      GTEST_SKIP() << "cgroup device programs cannot be loaded here";
+    if (auto why = SandboxNode::v2_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     node_ = std::make_unique<SandboxNode>(SandboxNode::Options{.v2 = true});
     for (int i = 0; i < kContainers; ++i) {
       SandboxContainerSpec spec{.pod_namespace = "race", .pod_name = "p" + std::to_string(i), .container_name = "c"};

@@ -23,9 +23,7 @@ namespace {
 class V2Repair : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!SandboxNode::available(/*v2=*/true)) GTEST_SKIP() << "needs root and cgroup2 at /sys/fs/cgroup/unified";
-    ForeignProgram bpf_check("", SandboxNode::spec_rules());
-    if (bpf_check.fd < 0) GTEST_SKIP() << "cgroup device programs cannot be loaded here";
+    if (auto why = SandboxNode::v2_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     node_ = std::make_unique<SandboxNode>(SandboxNode::Options{.v2 = true});
     c_ = &node_->add_container({.pod_namespace = "ml", .pod_name = "trainer-0", .container_name = "trainer",
                                 .device_ids = {node_->gpu_uuid(0)}});

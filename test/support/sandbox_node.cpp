@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -74,6 +75,16 @@ FixtureMajors fixture_majors_for_host(const std::string& proc_devices) {
 std::pair<std::string, std::string> cgroup2_location() {
   if (::access("/sys/fs/cgroup/unified/cgroup.controllers", F_OK) == 0) return {"/sys/fs/cgroup", "unified"};
   return {"/sys/fs", "cgroup"};
+}
+
+std::string SandboxNode::v2_unavailable_reason() {
+  if (!available(true)) {
+    const auto [root, name] = cgroup2_location();
+    return "needs root and a writable cgroup2 hierarchy at " + root + "/" + name;
+  }
+  if (ForeignProgram probe("", spec_rules()); probe.fd < 0)
+    return std::string("cgroup device programs cannot be loaded here: ") + std::strerror(probe.load_errno);
+  return "";
 }
 
 SandboxNode::SandboxNode(const Options& options)

@@ -106,6 +106,9 @@ class SandboxNode {
               : CgroupSandbox::available("devices");
   }
   const FixtureMajors& majors() const { return options_.majors; }
+  // Why a v2 sandbox node cannot run here ("" when it can): root, a writable cgroup2
+  // hierarchy and device programs that load.
+  static std::string v2_unavailable_reason();
 
   const SandboxContainer& add_container(SandboxContainerSpec spec);
   // Kills the container's process and removes its cgroup and bundle (checkpoint untouched).
