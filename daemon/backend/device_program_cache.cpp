@@ -36,7 +36,7 @@ Result<int> load_wrapper(const BpfCode& code, const std::string& dir, std::uint3
   std::string verifier(log.c_str());
   if (verifier.size() > 600) verifier = "..." + verifier.substr(verifier.size() - 600);
   return Error{"loading the device program wrapping program " + std::to_string(old_id) + " of " + dir + " (" +
-               std::to_string(code.size()) + " instructions): " + v2_kernel::errno_text(err) +
+               std::to_string(code.size()) + " instructions): " + errno_text(err) +
                (verifier.empty() ? "" : " (verifier: " + verifier + ")")};
 }
 

@@ -15,7 +15,6 @@
 namespace gdw {
 namespace {
 
-using v2_kernel::errno_text;
 using v2_kernel::OwnedFd;
 
 // What putting a program in another's place, or detaching one, came to.

@@ -24,8 +24,6 @@
 namespace gdw {
 namespace v2_kernel {
 
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
-
 OwnedFd::~OwnedFd() {
   if (fd_ >= 0) ::close(fd_);
 }

@@ -15,8 +15,6 @@
 
 namespace gdw::v2_kernel {
 
-std::string errno_text(int err);
-
 // An owned file descriptor (cgroup directory, program, map, link).
 class OwnedFd {
  public:

@@ -24,8 +24,6 @@ constexpr const char* kManagerInterface = "org.freedesktop.systemd1.Manager";
 // few hundred ms.
 constexpr std::uint64_t kTimerAccuracyUsec = 1000;
 
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
-
 std::uint64_t to_usec(std::chrono::milliseconds d) {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
 }

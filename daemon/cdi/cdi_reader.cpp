@@ -17,8 +17,6 @@ namespace {
 constexpr std::size_t kMaxSpecBytes = 4 << 20;
 constexpr std::size_t kMaxFilesPerDir = 1024;
 
-std::string errno_text(int err) { return std::strerror(err); }
-
 // nullopt: no such directory (CDI directories are optional).
 std::optional<std::vector<std::string>> spec_names(const std::string& dir, std::vector<std::string>& errors) {
   DIR* d = ::opendir(dir.c_str());
@@ -39,7 +37,6 @@ std::optional<std::vector<std::string>> spec_names(const std::string& dir, std::
   }
   return names;
 }
-
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 // log once (core/log_once.h).
 #pragma once
 
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,6 +19,9 @@ struct Error {
 };
 
 inline Error errno_error(int code, std::string message) { return Error{std::move(message), code}; }
+
+// strerror() of an errno, positive as errno holds it or negative as libbpf and sd-bus return it.
+inline std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
 template <class T>
 class [[nodiscard]] Result {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/config.h"
+#include "kube/api_names.h"
 #include "kube/pod_gates.h"
 
 namespace gdw::kube {
@@ -76,13 +77,6 @@ json condition_json(const char* type, const ConditionState& c) {
           {"reason", c.reason},
           {"message", c.message},
           {"lastTransitionTime", rfc3339(c.last_transition)}};
-}
-
-bool dns_subdomain(const std::string& s) {
-  if (s.empty() || s.size() > 253) return false;
-  for (char ch : s)
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '.')) return false;
-  return s.front() != '-' && s.front() != '.' && s.back() != '-' && s.back() != '.';
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "kube/api_names.h"
+
 namespace gdw::kube {
 namespace {
 
@@ -13,27 +15,6 @@ namespace {
 constexpr std::size_t kMaxWriterDetailBytes = 256;
 // Object names are DNS subdomains of at most 253 characters; ".<16 hex digits>" follows.
 constexpr std::size_t kMaxNamePrefix = 253 - 17;
-
-bool dns_label(const std::string& s) {
-  if (s.empty() || s.size() > 63) return false;
-  for (char ch : s)
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-')) return false;
-  return s.front() != '-' && s.back() != '-';
-}
-
-bool dns_subdomain(const std::string& s) {
-  if (s.empty() || s.size() > 253) return false;
-  for (char ch : s)
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '.')) return false;
-  return s.front() != '-' && s.front() != '.' && s.back() != '-' && s.back() != '.';
-}
-
-bool uid_text(const std::string& s) {
-  if (s.empty() || s.size() > 64) return false;
-  for (char ch : s)
-    if (!((ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F') || (ch >= '0' && ch <= '9') || ch == '-')) return false;
-  return true;
-}
 
 // Control characters become spaces; the text is cut (on a UTF-8 boundary) to `max` bytes.
 std::string bounded(const std::string& text, std::size_t max) {

@@ -19,9 +19,10 @@ namespace {
 
 using kubeletapi::CompletionSignal;
 
-constexpr char kCall[] = "DevicePlugin GetDevicePluginOptions";
+using kubeletapi::kCancelWait;
+
+constexpr char kOptionsCall[] = "DevicePlugin GetDevicePluginOptions";
 constexpr char kKubeletSocket[] = "kubelet.sock";  // kubelet's registration server, not a plugin
-constexpr auto kCancelWait = std::chrono::seconds(2);
 
 // One round of probes: written by gRPC's callback threads, read by the loop thread.
 struct Round {
@@ -147,9 +148,9 @@ Status DevicePluginProber::start() {
           // failure becomes this probe's error, and the round still completes.
           std::optional<CallError> error;
           try {
-            if (!status.ok()) error = kubeletapi::classify_status(status, kCall, path, timeout);
+            if (!status.ok()) error = kubeletapi::classify_status(status, kOptionsCall, path, timeout);
           } catch (...) {
-            error = kubeletapi::current_exception_error(kCall);
+            error = kubeletapi::current_exception_error(kOptionsCall);
           }
           try {
             std::lock_guard lock(round->mu);

@@ -46,6 +46,11 @@ class GrpcLibraryRef {
   GrpcLibraryRef& operator=(const GrpcLibraryRef&) = delete;
 };
 
+// How long teardown waits for a cancelled call's callback. Cancelling is local to gRPC,
+// so the callback follows within milliseconds; the bound only keeps a gRPC bug from
+// hanging shutdown.
+inline constexpr auto kCancelWait = std::chrono::seconds(2);
+
 // A channel to unix://<path>, kept across calls: a fresh connection per call costs the
 // caller's thread a synchronous connect. It reconnects after at most about a second of
 // backoff, so a restarted kubelet or plugin is reachable again by the next call.

@@ -12,10 +12,9 @@ namespace {
 
 using kubeletapi::CompletionSignal;
 
-constexpr char kCall[] = "PodResources List";
-// Cancelling is local to gRPC, so the callback follows within milliseconds; the bound only
-// keeps a gRPC bug from hanging shutdown.
-constexpr auto kCancelWait = std::chrono::seconds(2);
+using kubeletapi::kCancelWait;
+
+constexpr char kListCall[] = "PodResources List";
 
 // Written by gRPC's callback thread, read by the loop thread.
 struct Mailbox {
@@ -44,11 +43,11 @@ PodResourcesOutcome outcome_of(const grpc::Status& status, const ListCall& call,
     if (status.ok()) {
       outcome.containers = pod_resources_containers(call.response);
     } else {
-      outcome.error = kubeletapi::classify_status(status, kCall, path, timeout);
+      outcome.error = kubeletapi::classify_status(status, kListCall, path, timeout);
     }
   } catch (...) {
     outcome.containers.clear();
-    outcome.error = kubeletapi::current_exception_error(kCall);
+    outcome.error = kubeletapi::current_exception_error(kListCall);
   }
   return outcome;
 }
@@ -110,10 +109,10 @@ std::chrono::steady_clock::time_point PodResourcesClient::next_start() const {
 
 Status PodResourcesClient::start_list(std::chrono::steady_clock::time_point now) {
   Impl& impl = *impl_;
-  if (impl.busy) return Error{std::string(kCall) + ": the previous call's outcome has not been taken yet"};
+  if (impl.busy) return Error{std::string(kListCall) + ": the previous call's outcome has not been taken yet"};
   if (now < next_start()) {
     auto wait = std::chrono::duration_cast<Duration>(next_start() - now);
-    return Error{std::string(kCall) + ": at most one call per " + format_duration(impl.options.min_interval) +
+    return Error{std::string(kListCall) + ": at most one call per " + format_duration(impl.options.min_interval) +
                  ", next one in " + format_duration(wait)};
   }
   impl.last_start = now;
@@ -121,7 +120,7 @@ Status PodResourcesClient::start_list(std::chrono::steady_clock::time_point now)
   const auto started = std::chrono::steady_clock::now();
   const std::string path = impl.options.socket_path;
 
-  if (auto absent = kubeletapi::check_socket(kCall, path)) {
+  if (auto absent = kubeletapi::check_socket(kListCall, path)) {
     PodResourcesOutcome outcome;
     outcome.error = std::move(*absent);
     impl.post(std::move(outcome));

@@ -22,8 +22,6 @@ std::string utc_stamp(std::chrono::system_clock::time_point now) {
   return text;
 }
 
-std::string errno_text(int err) { return std::strerror(err); }
-
 }  // namespace
 
 Result<std::string> move_checkpoint_aside(const std::string& checkpoint_path,

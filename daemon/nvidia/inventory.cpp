@@ -19,8 +19,6 @@ namespace {
 // the bound keeps a corrupt or hostile tree from exhausting memory.
 constexpr std::size_t kMaxProcFile = 1 << 20;
 
-std::string errno_text(int err) { return std::strerror(err); }
-
 struct FileText {
   bool missing = false;  // normal on a node without the driver
   std::string text;

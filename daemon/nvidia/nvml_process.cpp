@@ -62,8 +62,6 @@ void park_abandoned(pid_t pid) {
   abandoned_children.push_back(pid);
 }
 
-std::string errno_text(int err) { return std::strerror(err); }
-
 void sleep_for(milliseconds d) {
   struct timespec ts{static_cast<time_t>(d.count() / 1000), static_cast<long>(d.count() % 1000) * 1'000'000L};
   ::nanosleep(&ts, nullptr);

@@ -29,8 +29,6 @@ constexpr const char* kPrivilegeHint =
     "it needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), and kernel lockdown in "
     "'confidentiality' mode forbids it";
 
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
-
 Error load_error(const std::string& step, int err) {
   auto log = libbpf_log_tail(256);
   if (auto explained = explain_libbpf_failure(log)) return Error{step + ": " + *explained};
