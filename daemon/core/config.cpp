@@ -101,6 +101,7 @@ const ConfigKey kKeys[] = {
     key("metrics.listen", &C::metrics, &C::Metrics::listen, cv::ListenAddress{}),
     key("metrics.web_config", &C::metrics, &C::Metrics::web_config, cv::OptionalAbsolutePath{}),
     key("mode", &C::mode, cv::OneOf<Mode>{{{"enforce", Mode::kEnforce}, {"observe", Mode::kObserve}}}),
+    key("probe.attach_hook", &C::probe, &C::Probe::attach_hook, cv::Flag{}),
     key("probe.enabled", &C::probe, &C::Probe::enabled, cv::Flag{}),
     key("probe.syscall_hook", &C::probe, &C::Probe::syscall_hook,
         cv::OneOf<SyscallHookPolicy>{{{"auto", SyscallHookPolicy::kAuto}, {"always", SyscallHookPolicy::kAlways},

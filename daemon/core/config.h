@@ -144,6 +144,10 @@ struct Config {
     SyscallHookPolicy syscall_hook = SyscallHookPolicy::kAuto;
     // on-drift: how long the hook stays attached after the last missing device is back.
     Duration syscall_hook_linger{30000};
+    // cgroup v2: see each device program attach to a GPU container as the kernel installs
+    // it (a program on every kmalloc of the node). false: a device program load anywhere
+    // makes every GPU container's programs be read again, 1 ms to 1 s later.
+    bool attach_hook = true;
     bool operator==(const Probe&) const = default;
   } probe;
 

@@ -71,6 +71,10 @@ const std::vector<MetricFamilySpec> kFamilies = {
      "1 while the probe's syscall hook is attached (denied opens, exact v2 program events, rule-write "
      "results); it slows every syscall on the node.",
      {}, Series::kAtStart},
+    {Id::kAttachHookAttached, Type::kGauge, "gpu_devwatch_probe_attach_hook_attached",
+     "1 while the probe's attach hook is attached (cgroup v2: device program attaches to GPU containers "
+     "seen as they happen); 0: a program load makes every GPU container's programs be read again.",
+     {}, Series::kAtStart},
     {Id::kPodResourcesCalls, Type::kCounter, "gpu_devwatch_pod_resources_calls_total",
      "Calls to kubelet's PodResources List, by result (ok, socket-absent, deadline-exceeded, "
      "resource-exhausted, unavailable, other).",

@@ -16,6 +16,10 @@ void ProbeMetrics::set_syscall_hook_attached(bool attached) {
   m_->gauge(Id::kSyscallHookAttached).Set(attached ? 1 : 0);
 }
 
+void ProbeMetrics::set_attach_hook_attached(bool attached) {
+  m_->gauge(Id::kAttachHookAttached).Set(attached ? 1 : 0);
+}
+
 void ProbeMetrics::revocation(const std::string& writer) {
   auto& series = m_->revocation_series_;
   auto it = series.find(writer);

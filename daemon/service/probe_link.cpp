@@ -43,6 +43,7 @@ void ProbeLink::apply_config() {
   }
   metrics_.set_probe_loaded(probe_ != nullptr);
   metrics_.set_syscall_hook_attached(probe_ && probe_->syscall_hook_attached());
+  metrics_.set_attach_hook_attached(probe_ && probe_->attach_hook());
 }
 
 void ProbeLink::unload() {
@@ -57,6 +58,7 @@ void ProbeLink::load() {
   ProbeOptions options;
   options.ignored_writer_tgid = own_tgid_in_the_kernel();
   options.report_allow_writes = false;  // cannot revoke (attribution would drop them)
+  options.attach_hook = config_.probe.attach_hook;
   auto probe = Probe::load(options);
   if (!probe) {
     status_ = "off: " + probe.error().message;
@@ -84,6 +86,9 @@ void ProbeLink::load() {
   }
   if (probe_->attach_hook()) {
     log::info("eBPF probe: device program attaches to GPU containers are seen as the kernel installs them");
+  } else if (!config_.probe.attach_hook) {
+    log::info("eBPF probe: attach hook off (probe.attach_hook: false); on cgroup v2 a device program load makes "
+              "every GPU container's programs be read again");
   } else {
     log::warn("eBPF probe: no attach hook (" + probe_->attach_hook_problem() +
               "); on cgroup v2 a device program load makes every GPU container's programs be read again");

@@ -80,6 +80,7 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
   // The runtime's program allows the GPU from the start: nothing to repair yet.
   ASSERT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
   EXPECT_EQ(daemon.metric("gpu_devwatch_probe_syscall_hook_attached"), hook == "always" ? 1 : 0);
+  EXPECT_EQ(daemon.metric("gpu_devwatch_probe_attach_hook_attached"), 1) << daemon.output();
 
   node_->reapply_spec(*c_);  // systemd's reload: a new ANDed program
   EXPECT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
@@ -101,6 +102,25 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
 
 INSTANTIATE_TEST_SUITE_P(SyscallHook, V2RepairOnProbeEvents, ::testing::Values("on-drift", "always"),
                          [](const auto& info) { return std::string(info.param) == "always" ? "Attached" : "Detached"; });
+
+// probe.attach_hook: false (nothing runs on the node's kmallocs): the re-applier's program
+// load is what the probe reports, and the GPU containers' programs are read again 1 ms to
+// 1 s after it. The repair still comes from the probe, not the hour-long query timer.
+TEST_F(V2Repair, WithTheAttachHookOffAProgramLoadLeadsToTheRepair) {
+  DaemonHarness daemon(*node_);
+  ASSERT_TRUE(daemon.start("daemon:\n  program_query_interval: 1h\n", /*probe=*/true, "", "  attach_hook: false\n"))
+      << daemon.output();
+  if (daemon.metric("gpu_devwatch_probe_loaded") != 1) GTEST_SKIP() << "probe not loadable:\n" << daemon.output();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_probe_attach_hook_attached"), 0);
+  EXPECT_NE(daemon.output().find("attach hook off (probe.attach_hook: false)"), std::string::npos) << daemon.output();
+  ASSERT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
+
+  node_->reapply_spec(*c_);  // systemd's reload: a program loaded, then ANDed on
+  EXPECT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
+  EXPECT_EQ(node_->open_errno(*c_, "mem"), EPERM);
+  EXPECT_EQ(node_->open_errno(*c_, "nvidia1"), EPERM);
+  EXPECT_GE(daemon.metric("gpu_devwatch_device_programs_replaced_total"), 1);
+}
 
 TEST_F(V2Repair, WithoutTheProbeThePeriodicQueryRepairs) {
   DaemonHarness daemon(*node_);

@@ -29,6 +29,7 @@ TEST(Config, EmptyDocumentGivesDefaults) {
   EXPECT_EQ(c->daemon.event_loop_slice_us, 100u);
   EXPECT_EQ(c->probe.syscall_hook, SyscallHookPolicy::kAuto);
   EXPECT_EQ(c->probe.syscall_hook_linger, Duration(30000));
+  EXPECT_TRUE(c->probe.attach_hook);
 }
 
 TEST(Config, KubeletPathsFollowRootDir) {
@@ -139,6 +140,7 @@ probe:
   enabled: false
   syscall_hook: on-drift
   syscall_hook_linger: 0s
+  attach_hook: false
 )",
                         "ok.yaml");
   ASSERT_TRUE(c.ok()) << c.error().message;
@@ -155,6 +157,7 @@ probe:
   EXPECT_FALSE(c->probe.enabled);
   EXPECT_EQ(c->probe.syscall_hook, SyscallHookPolicy::kOnDrift);
   EXPECT_EQ(c->probe.syscall_hook_linger, Duration(0));
+  EXPECT_FALSE(c->probe.attach_hook);
 }
 
 struct BadCase {
@@ -181,6 +184,7 @@ TEST(Config, ErrorsNameTheKeyAndTheLine) {
       {"probe:\n  syscall_hook: sometimes\n",
        "bad.yaml:2: probe.syscall_hook: must be one of auto | always | on-drift | off, got 'sometimes'"},
       {"probe:\n  syscall_hook_linger: 2d\n", "bad.yaml:2: probe.syscall_hook_linger:"},
+      {"probe:\n  attach_hook: sometimes\n", "bad.yaml:2: probe.attach_hook: expected true or false"},
       {"repair:\n  burst: 0\n", "bad.yaml:2: repair.burst: must be between 1"},
       {"repair:\n  burst: -3\n", "bad.yaml:2: repair.burst: expected an integer"},
       {"repair:\n  burst: 1000001\n", "bad.yaml:2: repair.burst: must be between 1"},
