@@ -79,14 +79,22 @@ struct WatchedContainer {
   EventSource log_summary_timer;      // the count of repairs not logged
 
   bool is_gpu() const { return target.kind == TargetKind::kGpu; }
-  // What a check can change of what the gauges count (service/gauges.h): a check that
-  // leaves these as they were (a storm's revoke-and-repair) needs no new count.
+  // What count_gauges() reads of this container (service/gauges.h), the target included (a
+  // check after a grant resolves it again): a check that leaves these as they were (a
+  // storm's revoke-and-repair, a v2 re-apply repaired) needs no new count of the table.
   struct GaugeInputs {
-    bool gpu = false, missing = false, throttled = false;
+    TargetKind kind = TargetKind::kUnidentified;
+    bool missing = false, throttled = false, identity_conflict = false;
+    std::size_t unresolved_cdi = 0;
     std::map<ProgramOwner, std::size_t> programs;
+    ContainerLabels labels;
+    std::string problem;
     bool operator==(const GaugeInputs&) const = default;
   };
-  GaugeInputs gauge_inputs() const { return {is_gpu(), !repair.missing.empty(), repair.throttled, programs}; }
+  GaugeInputs gauge_inputs() const {
+    return {target.kind,  !repair.missing.empty(), repair.throttled, target.identity_conflict,
+            target.desired.unresolved_cdi.size(), programs, labels, target.problem};
+  }
   std::optional<Clock::time_point> retry_armed_at() const {
     return retry.armed() ? std::optional(retry_at) : std::nullopt;
   }

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
+#include <sstream>
 
 #include "core/config.h"
 
@@ -106,6 +108,62 @@ TEST_F(GaugesTest, IdentityProblemsAreAmbiguousNamesAndConflictsOnce) {
   ASSERT_EQ(g.identity_problems.size(), 2u) << "the same text once";
   EXPECT_TRUE(g.identity_problems.count(describe(a)));
   EXPECT_TRUE(g.identity_problems.count("bundle says pod u7, cgroup says p9"));
+}
+
+// Everything count_gauges() shows, as text.
+std::string shown(const GaugeCounts& g) {
+  std::ostringstream out;
+  out << g.watched << ' ' << g.missing << ' ' << g.throttled << ' ' << g.unidentified << ' ' << g.identity_conflicts
+      << ' ' << g.unresolved_cdi << " |";
+  for (const auto& [owner, n] : g.programs) out << ' ' << static_cast<int>(owner) << '=' << n;
+  out << " |";
+  for (const auto& p : g.identity_problems) out << ' ' << p;
+  out << " |";
+  for (const auto& p : g.problems)
+    out << ' ' << p.key << '/' << p.pod.pod_namespace << '/' << p.pod.name << '/' << p.container << '/'
+        << static_cast<int>(p.kind);
+  return out.str();
+}
+
+// The daemon recounts the whole table after a check only when the checked container's
+// gauge inputs moved (ContainerFleet::check): each thing a check can change that the count
+// shows must move them, and a revoke-and-repair, which the count does not show, must not.
+TEST_F(GaugesTest, WhatACheckChangesThatTheCountShowsMovesTheGaugeInputs) {
+  const std::pair<const char*, std::function<void(WatchedContainer&)>> changes[] = {
+      {"no longer a GPU container", [](WatchedContainer& w) { w.target.kind = TargetKind::kNotGpu; }},
+      {"missing no more", [](WatchedContainer& w) { w.repair.missing.clear(); }},
+      {"held back", [](WatchedContainer& w) { w.repair.throttled = true; }},
+      {"its bundle agrees again", [](WatchedContainer& w) { w.target.identity_conflict = false; }},
+      {"another conflict text", [](WatchedContainer& w) { w.target.problem = "bundle says pod u8"; }},
+      {"an unresolved CDI name", [](WatchedContainer& w) { w.target.desired.unresolved_cdi = {"nvidia.com/gpu=9"}; }},
+      {"a program more", [](WatchedContainer& w) { ++w.programs[ProgramOwner::kSystemd]; }},
+      {"a program's owner", [](WatchedContainer& w) {
+         w.programs.erase(ProgramOwner::kRuntime);
+         w.programs[ProgramOwner::kOurs] = 1;
+       }},
+      {"renamed", [](WatchedContainer& w) { w.labels.pod = "trainer-1"; }},
+  };
+  for (const auto& [what, change] : changes) {
+    table_.clear();
+    WatchedContainer& w = add("a", "p1", TargetKind::kGpu);
+    w.labels = {"ml", "trainer-0", "main"};
+    w.repair.missing.insert(DeviceNumber{DeviceType::kChar, 195, 0});
+    w.programs[ProgramOwner::kRuntime] = 1;
+    w.target.identity_conflict = true;
+    w.target.problem = "bundle says pod u7";
+    const auto inputs = w.gauge_inputs();
+    const std::string before = shown(count());
+    change(w);
+    ASSERT_NE(shown(count()), before) << what << ": the case must change what the count shows";
+    EXPECT_NE(w.gauge_inputs(), inputs) << what;
+  }
+  table_.clear();
+  WatchedContainer& w = add("a", "p1", TargetKind::kGpu);
+  w.programs[ProgramOwner::kOurs] = 1;
+  const auto inputs = w.gauge_inputs();
+  w.repair.missing.insert(DeviceNumber{DeviceType::kChar, 195, 0});  // revoked ...
+  w.repair.missing.clear();                                           // ... and granted back
+  EXPECT_EQ(w.gauge_inputs(), inputs);
 }
 
 }  // namespace
