@@ -92,7 +92,7 @@ struct WatchedContainer {
     bool operator==(const GaugeInputs&) const = default;
   };
   GaugeInputs gauge_inputs() const {
-    return {target.kind,  !repair.missing.empty(), repair.throttled, target.identity_conflict,
+    return {target.kind, !repair.missing.empty(), repair.throttled, target.identity_conflict,
             target.desired.unresolved_cdi.size(), programs, labels, target.problem};
   }
   std::optional<Clock::time_point> retry_armed_at() const {
