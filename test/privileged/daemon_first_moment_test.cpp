@@ -19,7 +19,6 @@
 
 #include "support/daemon_harness.h"
 #include "support/device_program_tools.h"
-#include "support/foreign_device_program.h"
 
 namespace gdw::test {
 namespace {
@@ -34,12 +33,10 @@ class FirstMoment : public ::testing::TestWithParam<bool> {
  protected:
   bool v2() const { return GetParam(); }
   void SetUp() override {
-    if (!SandboxNode::available(v2()))
-      GTEST_SKIP() << (v2() ? "needs root and cgroup2 at /sys/fs/cgroup/unified"
-                            : "needs root and a writable cgroup v1 devices hierarchy");
     if (v2()) {
-      if (ForeignProgram probe("", SandboxNode::spec_rules()); probe.fd < 0)
-        GTEST_SKIP() << "cgroup device programs cannot be loaded here";
+      if (auto why = SandboxNode::v2_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    } else if (!SandboxNode::available(false)) {
+      GTEST_SKIP() << "needs root and a writable cgroup v1 devices hierarchy";
     }
   }
 
