@@ -200,8 +200,7 @@ void ContainerFleet::on_probe_records() { act(probe_.drain(access_ && access_->p
 void ContainerFleet::act(ProbeBatch batch) {
   for (std::uint64_t id : batch.named)
     if (WatchedContainer* w = containers_.by_cgroup_id(id)) repair_.revocation_named(*w);
-  // A re-apply repaired leaves every count as it was: no O(N) gauge walk for it (cost per
-  // event stays flat in the number of containers).
+  // A re-apply repaired leaves every count as it was: no O(N) gauge walk for it.
   bool moved = false;
   for (const auto& change : batch.program_changes) {
     // Named only if the change leaves wanted devices denied.
@@ -366,22 +365,25 @@ bool ContainerFleet::check_ids(Clock::time_point trigger, const std::vector<std:
 
 bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const Revocation* cause) {
   if (!access_ || !w.is_gpu()) return false;
-  const auto before = w.gauge_inputs();
+  const auto before = w.repair_gauge_inputs();
   CheckOutcome outcome = repair_.check(*access_, w, trigger, cause);
   if (outcome.gone) {
     remove(w.cgroup.cgroup_dir);
     return true;
   }
   if (outcome.retry_at) schedule_retry(w, *outcome.retry_at - Clock::now(), trigger);
+  bool target_moved = false;
   if (!outcome.granted.empty()) {
     // The re-apply that revoked may have rewritten the scope's DeviceAllow= too (`runc
     // update` resets it to the spec): its unit files are read again before persisting.
+    const auto target_before = w.target_gauge_inputs();
     resolve(w, /*force=*/true);
+    target_moved = w.target_gauge_inputs() != target_before;
     persist(w, outcome.granted);
   }
   // While `w` misses devices someone else's grant ends the drift: watched only then.
   watches_.watch_restoring_files(w, access_->restoring_rule_files());
-  return w.gauge_inputs() != before;
+  return target_moved || w.repair_gauge_inputs() != before;
 }
 
 void ContainerFleet::schedule_retry(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger) {

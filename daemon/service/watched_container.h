@@ -79,22 +79,32 @@ struct WatchedContainer {
   EventSource log_summary_timer;      // the count of repairs not logged
 
   bool is_gpu() const { return target.kind == TargetKind::kGpu; }
-  // What count_gauges() reads of this container (service/gauges.h), the target included (a
-  // check after a grant resolves it again): a check that leaves these as they were (a
-  // storm's revoke-and-repair, a v2 re-apply repaired) needs no new count of the table.
+  // What count_gauges() reads of this container (service/gauges.h): a check that leaves it
+  // as it was (a storm's revoke-and-repair, a v2 re-apply repaired) needs no new count of
+  // the table. In two parts: what a repair changes, taken before each one, and what
+  // resolving the container changes, taken only around the resolve that follows a grant
+  // (no string copies before the grant).
   struct GaugeInputs {
-    TargetKind kind = TargetKind::kUnidentified;
-    bool missing = false, throttled = false, identity_conflict = false;
-    std::size_t unresolved_cdi = 0;
-    std::map<ProgramOwner, std::size_t> programs;
-    ContainerLabels labels;
-    std::string problem;
+    struct Repair {
+      bool missing = false, throttled = false;
+      std::map<ProgramOwner, std::size_t> programs;
+      bool operator==(const Repair&) const = default;
+    } repair;
+    struct Target {
+      TargetKind kind = TargetKind::kUnidentified;
+      bool identity_conflict = false;
+      std::size_t unresolved_cdi = 0;
+      ContainerLabels labels;
+      std::string problem;
+      bool operator==(const Target&) const = default;
+    } target;
     bool operator==(const GaugeInputs&) const = default;
   };
-  GaugeInputs gauge_inputs() const {
-    return {target.kind, !repair.missing.empty(), repair.throttled, target.identity_conflict,
-            target.desired.unresolved_cdi.size(), programs, labels, target.problem};
+  GaugeInputs::Repair repair_gauge_inputs() const { return {!repair.missing.empty(), repair.throttled, programs}; }
+  GaugeInputs::Target target_gauge_inputs() const {
+    return {target.kind, target.identity_conflict, target.desired.unresolved_cdi.size(), labels, target.problem};
   }
+  GaugeInputs gauge_inputs() const { return {repair_gauge_inputs(), target_gauge_inputs()}; }
   std::optional<Clock::time_point> retry_armed_at() const {
     return retry.armed() ? std::optional(retry_at) : std::nullopt;
   }
