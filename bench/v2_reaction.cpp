@@ -18,8 +18,8 @@
 //                  --gap-ms apart. A spinner inside the container's cgroup makes the re-apply
 //                  and open()s its GPU node until the open is no longer EPERM
 //                  (bench/spinner.h): reaction = the attach's return (v1: the last write's)
-//                  -> the first allowed open; window = the first harmful call's start ->
-//                  the first allowed open; the EPERM opens in between. Styles
+//                  -> the start of the first allowed open; window = the first harmful
+//                  call's start -> the same; the EPERM opens in between. Styles
 //                  (bench/reappliers.h): v2 runc-style (the old programs replaced or
 //                  detached) and systemd-style (ANDed on), alternating; v1 old runc (`a` to
 //                  devices.deny, then the spec's allows). The daemon's CPU over that phase
@@ -109,6 +109,9 @@ struct VersionFigures {
   // loaded on the machine (the spinners' re-applies and the daemon's wrappers: a wrapper the
   // cache did not hold costs a verifier run).
   double repair_s = 0, repairs = 0, programs_loaded = 0;
+  // The probe's records of the re-applies, kernel timestamp -> read by the daemon
+  // (gpu_devwatch_probe_record_delay_seconds): the wake-up part of a reaction.
+  double record_delay_s = 0, records = 0;
   bool measured = false;
   StyleFigures& style(ReapplyStyle s) { return styles[static_cast<int>(s)]; }
   const StyleFigures& style(ReapplyStyle s) const { return styles[static_cast<int>(s)]; }
@@ -239,12 +242,16 @@ void run_session(BenchNode& node, const std::string& binary, const Options& o, i
   const double before_ms = cpu_clock_ms(daemon.pid());  // ns resolution: a re-apply costs ms
   const double repair_s = daemon.metric("gpu_devwatch_repair_duration_seconds_sum");
   const double repairs = daemon.metric("gpu_devwatch_repair_duration_seconds_count");
+  const double record_delay_s = daemon.metric("gpu_devwatch_probe_record_delay_seconds_sum");
+  const double records = daemon.metric("gpu_devwatch_probe_record_delay_seconds_count");
   const std::uint32_t first_id = bpf_program_ids_handed_out();
   measure_reactions(node, o, round, f);
   f.samples_cpu_s += (cpu_clock_ms(daemon.pid()) - before_ms) / 1000;
   f.programs_loaded += static_cast<double>(programs_loaded_between(first_id, bpf_program_ids_handed_out()));
   f.repair_s += daemon.metric("gpu_devwatch_repair_duration_seconds_sum") - repair_s;
   f.repairs += daemon.metric("gpu_devwatch_repair_duration_seconds_count") - repairs;
+  f.record_delay_s += daemon.metric("gpu_devwatch_probe_record_delay_seconds_sum") - record_delay_s;
+  f.records += daemon.metric("gpu_devwatch_probe_record_delay_seconds_count") - records;
   f.samples_run += o.samples * (node.v2() ? 2 : 1);
   f.rss_mib = std::max(f.rss_mib, rss_mib(daemon.pid()));
   f.measured = true;
@@ -268,10 +275,10 @@ void print_build(const char* title, const BuildFigures& b, const Options& o) {
     for (const StyleFigures* s : cols) print_cell(s->reaction_us.empty() && s->failures == 0 ? -1 : value(*s), decimals);
     std::printf(" %s\n", unit);
   };
-  for (auto [what, q] : {std::pair{"reaction p50 (attach/last write -> allowed open)", .5}, {"reaction p99", .99},
+  for (auto [what, q] : {std::pair{"reaction p50 (attach/last write -> allowed open starts)", .5}, {"reaction p99", .99},
                          {"reaction max", 1.0}})
     row(what, [q = q](const StyleFigures& s) { return pct(s.reaction_us, q); }, 1, "µs");
-  for (auto [what, q] : {std::pair{"window p50 (first harmful call -> allowed open)", .5}, {"window p99", .99},
+  for (auto [what, q] : {std::pair{"window p50 (first harmful call -> allowed open starts)", .5}, {"window p99", .99},
                          {"window max", 1.0}})
     row(what, [q = q](const StyleFigures& s) { return pct(s.window_us, q); }, 1, "µs");
   row("EPERM opens seen by the spinners (all samples)", [](const StyleFigures& s) { return double(s.eperm); }, 0, "");
@@ -310,7 +317,9 @@ void print_build(const char* title, const BuildFigures& b, const Options& o) {
   auto per_sample = [](const VersionFigures& v, double n) { return v.samples_run ? n / v.samples_run : -1; };
   cpu_row("daemon repairs per re-apply", per_sample(b.v2, b.v2.repairs), per_sample(b.v1, b.v1.repairs), 2, "");
   auto repair_us = [](const VersionFigures& v) { return v.repairs > 0 ? 1e6 * v.repair_s / v.repairs : -1; };
-  cpu_row("daemon repair time, mean (event seen -> grant)", repair_us(b.v2), repair_us(b.v1), 1, "µs");
+  auto delay_us = [](const VersionFigures& v) { return v.records > 0 ? 1e6 * v.record_delay_s / v.records : -1; };
+  cpu_row("probe record -> daemon reads it, mean", delay_us(b.v2), delay_us(b.v1), 1, "µs");
+  cpu_row("daemon repair time, mean (record read -> grant)", repair_us(b.v2), repair_us(b.v1), 1, "µs");
   cpu_row("BPF programs loaded per re-apply (all)", per_sample(b.v2, b.v2.programs_loaded),
           per_sample(b.v1, b.v1.programs_loaded), 2, "");
   cpu_row("daemon RSS after the samples (VmRSS)", b.v2.rss_mib, b.v1.rss_mib, 1, "MiB");

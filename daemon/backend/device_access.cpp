@@ -8,14 +8,16 @@
 
 #include "backend/device_program_cache.h"
 #include "backend/devices_v1_files.h"
+#include "backend/kept_cgroup_dirs.h"
 #include "runtime/proc_cgroups.h"
 
 namespace gdw {
 namespace {
 
-// How many containers' files DevicesV1 keeps open (two descriptors each): what a node's GPU
-// containers need, within a quarter of the descriptors this process may have (the unit
-// sets LimitNOFILE=65536; a default 1024 still leaves most for inotify, gRPC and HTTP).
+// How many containers' files DevicesV1 keeps open (two descriptors each), or directories
+// DeviceProgramsV2 keeps (one each): what a node's GPU containers need, within a quarter of
+// the descriptors this process may have (the unit sets LimitNOFILE=65536; a default 1024
+// still leaves most for inotify, gRPC and HTTP).
 std::size_t kept_cgroups() {
   constexpr std::size_t kEnough = 1024;
   struct rlimit limit{};
@@ -82,7 +84,7 @@ class DeviceProgramsV2 final : public DeviceAccess {
 
   Result<DeviceState> observe(const std::string& cgroup_dir, const DesiredDevices& desired) override {
     seen_.reset();
-    auto snapshot = snapshot_device_programs(cgroup_dir, cache_);
+    auto snapshot = snapshot_device_programs(cgroup_dir, cache_, &dirs_);
     if (!snapshot) {
       // The query's error names the cgroup; a vanished cgroup is told apart by the directory.
       const int code = ::access(cgroup_dir.c_str(), F_OK) != 0 ? ENOENT : 0;
@@ -97,6 +99,7 @@ class DeviceProgramsV2 final : public DeviceAccess {
   }
 
   // The next repair's wrapper copy, loaded now rather than while that repair waits.
+  bool next_grant_work_due() const override { return cache_.spares_due(); }
   void prepare_next_grant() override { cache_.load_spares(Clock::now()); }
 
   // Each program denying a wanted device is wrapped (it then allows the wanted devices and
@@ -136,8 +139,11 @@ class DeviceProgramsV2 final : public DeviceAccess {
     return report;
   }
 
+  void forget(const std::string& cgroup_dir) override { dirs_.forget(cgroup_dir); }
+
  private:
   DeviceProgramCache cache_;
+  KeptCgroupDirs dirs_{kept_cgroups()};
   // The last observation that found something missing, for the grant that follows it.
   struct Seen {
     std::string dir;

@@ -69,7 +69,9 @@ class DeviceAccess {
   // The container is no longer watched: release what was kept for it (open files).
   virtual void forget(const std::string& cgroup_dir) { (void)cgroup_dir; }
   // After a grant is reported: work that makes the next grant faster (v2: loading a spare
-  // wrapper copy), kept off the path between an event and its grant.
+  // wrapper copy), kept off the path between an event and its grant; due says whether
+  // there is any.
+  virtual bool next_grant_work_due() const { return false; }
   virtual void prepare_next_grant() {}
 };
 

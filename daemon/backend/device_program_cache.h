@@ -74,6 +74,8 @@ class DeviceProgramCache {
   // Loads the spare copies that wrapper() found missing since the last call (off the
   // reaction's path: after a repair's grant); returns how many were loaded.
   std::size_t load_spares(Clock::time_point now);
+  // Whether load_spares() has anything to load.
+  bool spares_due() const { return !spares_due_.empty(); }
 
   std::size_t programs() const { return programs_.size(); }
   std::size_t wrappers() const { return wrappers_.size(); }

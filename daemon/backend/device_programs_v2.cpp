@@ -19,6 +19,7 @@
 
 #include "backend/device_program_cache.h"
 #include "backend/device_programs_v2_kernel.h"
+#include "backend/kept_cgroup_dirs.h"
 #include "runtime/cgroup_names.h"
 
 namespace gdw {
@@ -55,8 +56,9 @@ Result<AttachedIds> query_ids(int cgroup_fd, const std::string& dir) {
       return out;
     }
     // ENOSPC: more programs than room; the kernel reported how many there are.
+    // ENOENT: the cgroup was removed (the kernel refuses an offline one).
     if (errno != ENOSPC || count <= ids.size())
-      return Error{"querying the device programs of " + dir + ": " + errno_text(errno)};
+      return errno_error(errno, "querying the device programs of " + dir + ": " + errno_text(errno));
     ids.resize(count);
   }
 }
@@ -239,26 +241,65 @@ std::vector<AttachedDeviceProgram> DeviceProgramsSnapshot::all() const {
   return out;
 }
 
-Result<DeviceProgramsSnapshot> snapshot_device_programs(const std::string& cgroup_dir, DeviceProgramCache& cache) {
-  DeviceProgramsSnapshot snapshot;
-  for (const auto& cg : v2_kernel::device_cgroups_of(cgroup_dir)) {
-    auto cgroup = v2_kernel::open_cgroup(cg.dir);
-    // crun's sub-cgroup going away with its container is not an error of the container's.
-    if (!cgroup && !cg.subgroup.empty() && ::access(cg.dir.c_str(), F_OK) != 0) continue;
-    if (!cgroup) return cgroup.error();
-    // Which are link-attached is only worth a walk of every link on the node when one of
-    // them denies a wanted device (a repair finds out then: device_program_repair.cpp).
-    v2_kernel::AttachedIds ids;
-    auto programs = v2_kernel::describe_attached(cgroup->get(), cg.dir, cache, nullptr, &ids);
-    if (!programs) return programs.error();
-    for (auto& p : *programs) p.subgroup = cg.subgroup;
-    std::shared_ptr<const int> fd(new int(cgroup->release()), [](const int* f) {
+namespace {
+
+// One cgroup of a look, through its open directory.
+Status look_at(const std::shared_ptr<const int>& fd, const std::string& dir, const std::string& subgroup,
+               DeviceProgramCache& cache, DeviceProgramsSnapshot& snapshot) {
+  // Which are link-attached is only worth a walk of every link on the node when one of
+  // them denies a wanted device (a repair finds out then: device_program_repair.cpp).
+  v2_kernel::AttachedIds ids;
+  auto programs = v2_kernel::describe_attached(*fd, dir, cache, nullptr, &ids);
+  if (!programs) return programs.error();
+  for (auto& p : *programs) p.subgroup = subgroup;
+  snapshot.cgroups.push_back({subgroup, ids.attach_flags, std::move(*programs), fd});
+  return {};
+}
+
+// crun's sub-cgroup, opened relative to its container's open directory (no second walk of
+// the long path); nullptr when there is none.
+Result<std::shared_ptr<const int>> open_crun_subgroup(int container_fd, const std::string& container_dir) {
+  const int fd = ::openat(container_fd, kCrunSubgroup, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) return std::shared_ptr<const int>(new int(fd), [](const int* f) {
       ::close(*f);
       delete f;
     });
-    snapshot.cgroups.push_back({cg.subgroup, ids.attach_flags, std::move(*programs), std::move(fd)});
-  }
+  if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return std::shared_ptr<const int>();
+  return errno_error(errno,
+                     "opening cgroup " + container_dir + "/" + kCrunSubgroup + ": " + errno_text(errno));
+}
+
+Result<DeviceProgramsSnapshot> look(const std::shared_ptr<const int>& own, const std::string& cgroup_dir,
+                                    DeviceProgramCache& cache) {
+  DeviceProgramsSnapshot snapshot;
+  if (auto s = look_at(own, cgroup_dir, "", cache, snapshot); !s) return s.error();
+  auto sub = open_crun_subgroup(*own, cgroup_dir);
+  if (!sub) return sub.error();
+  if (!*sub) return snapshot;
+  auto s = look_at(*sub, cgroup_dir + "/" + kCrunSubgroup, kCrunSubgroup, cache, snapshot);
+  // crun's sub-cgroup going away with its container is not an error of the container's.
+  if (!s && s.error().code != ENOENT) return s.error();
   return snapshot;
+}
+
+}  // namespace
+
+Result<DeviceProgramsSnapshot> snapshot_device_programs(const std::string& cgroup_dir, DeviceProgramCache& cache,
+                                                        KeptCgroupDirs* kept) {
+  if (!kept) {
+    auto own = open_shared_dir(cgroup_dir);
+    if (!own) return own.error();
+    return look(*own, cgroup_dir, cache);
+  }
+  for (;;) {
+    auto dir = kept->open(cgroup_dir);
+    if (!dir) return dir.error();
+    auto snapshot = look(dir->fd, cgroup_dir, cache);
+    if (snapshot || !dir->kept_before) return snapshot;
+    // Refused through a directory kept from before: its cgroup may be gone (or its path
+    // re-created). The path tells.
+    kept->forget(cgroup_dir);
+  }
 }
 
 Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir,

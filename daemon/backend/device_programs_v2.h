@@ -57,6 +57,7 @@ struct AttachedDeviceProgram {
 inline constexpr const char* kOurProgramName = "gdw_devices";
 
 class DeviceProgramCache;  // device_program_cache.h
+class KeptCgroupDirs;      // kept_cgroup_dirs.h
 
 // Programs attached directly to a container's cgroup directory (not inherited ones), in the
 // kernel's order, then those attached to its crun sub-cgroup `<cgroup_dir>/container` when
@@ -74,14 +75,17 @@ struct DeviceProgramsSnapshot {
     std::string subgroup;  // "" or kCrunSubgroup
     std::uint32_t attach_flags = 0;
     std::vector<AttachedDeviceProgram> programs;
-    // The cgroup as opened for this look (closed with the last copy): a grant that follows
-    // acts through it rather than looking the path up again, a few µs on the reaction's path.
+    // The cgroup as opened for this look, or kept open between looks (closed with the last
+    // copy): a grant that follows acts through it rather than looking the path up again.
     std::shared_ptr<const int> fd;
   };
   std::vector<Cgroup> cgroups;
   std::vector<AttachedDeviceProgram> all() const;  // every program, own cgroup's first
 };
-Result<DeviceProgramsSnapshot> snapshot_device_programs(const std::string& cgroup_dir, DeviceProgramCache& cache);
+// `kept`: the container directories kept open between looks (kept_cgroup_dirs.h); nullptr:
+// opened for this look alone.
+Result<DeviceProgramsSnapshot> snapshot_device_programs(const std::string& cgroup_dir, DeviceProgramCache& cache,
+                                                        KeptCgroupDirs* kept = nullptr);
 // The same for a one-shot look (a cache of its own).
 Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir);
 

@@ -32,6 +32,10 @@ struct Revocation {
   // goes out (most repairs of a storm log none).
   pid_t pid = 0;
   std::string comm, exe, parent_comm;
+  // The process's start (ns since boot; pid + this is unique), and whether `exe` is still
+  // to be read: a device program change's is read after its repair's grant, not before.
+  std::uint64_t start_time_ns = 0;
+  bool exe_unread = false;
   std::string action;  // "loading a device program"; empty for a rule write (`rule_text`)
   std::string rule_text;  // rule writes: the deny rule as written
   Clock::time_point at{};

@@ -150,6 +150,10 @@ const std::vector<MetricFamilySpec> kFamilies = {
     {Id::kRingBufferDrops, Type::kCounter, "gpu_devwatch_probe_ring_buffer_drops_total",
      "Probe events lost because the ring buffer was full.",
      {}, Series::kAtStart},
+    {Id::kProbeRecordDelay, Type::kHistogram, "gpu_devwatch_probe_record_delay_seconds",
+     "Time from the probe's record of a device rule write or device program change (its kernel "
+     "timestamp) to the daemon reading it: the wake-up part of a repair's reaction.",
+     {}, Series::kAtStart, {}, &kRepairBuckets},
     {Id::kEventsSent, Type::kCounter, "gpu_devwatch_events_sent_total",
      "Kubernetes Event writes (POST or PATCH) the API server accepted.",
      {}, Series::kAtStart},

@@ -27,7 +27,7 @@ enum class MetricId : std::uint8_t {
   kCdiUnresolvedDevices, kDevicePrograms, kDeviceProgramsReplaced, kCheckpointStale,
   kCheckpointUnknownDevices, kRemediationHeld, kRemediations, kDevicePluginUp, kDevicePluginLatency,
   kCheckpointLastWrite, kNewestContainerStart, kCheckpointLag, kRevocations, kDeniedOpens,
-  kRingBufferDrops, kEventsSent, kEventsDropped, kExposedDevices, kContainersExposed,
+  kRingBufferDrops, kProbeRecordDelay, kEventsSent, kEventsDropped, kExposedDevices, kContainersExposed,
   kEnvVisibleContainers, kNodeCondition, kStatusWrites, kReadinessGatePods, kPodWatchUp, kPodWatchLists,
   kPodWatchSkipped, kCount,
 };

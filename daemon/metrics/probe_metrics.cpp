@@ -3,6 +3,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 
 #include "metrics/metrics.h"
 
@@ -36,5 +37,7 @@ void ProbeMetrics::set_ring_buffer_drops(std::uint64_t total) {
   m_->counter(Id::kRingBufferDrops).Increment(static_cast<double>(total - m_->ring_buffer_drops_seen_));
   m_->ring_buffer_drops_seen_ = total;
 }
+
+void ProbeMetrics::record_delay(double seconds) { m_->histogram(Id::kProbeRecordDelay).Observe(seconds); }
 
 }  // namespace gdw

@@ -23,6 +23,8 @@ class ProbeMetrics {
   void denied_open(const ContainerLabels& c, const std::string& device, std::uint64_t count = 1);
   // The probe's running count of lost records; the counter moves by what is new.
   void set_ring_buffer_drops(std::uint64_t total);
+  // A record taken by the kernel `seconds` before the daemon read it.
+  void record_delay(double seconds);
 
  private:
   Metrics* m_;

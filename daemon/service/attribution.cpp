@@ -37,17 +37,32 @@ std::uint32_t own_tgid_in_the_kernel() {
   return static_cast<std::uint32_t>(::getpid());
 }
 
-Revocation Attribution::revocation(const ProcessInfo& p, std::string action, std::uint64_t ktime_ns) {
-  // The executable is read now, while the process may still exist.
+Revocation Attribution::revocation(const ProcessInfo& p, std::string action, std::uint64_t ktime_ns,
+                                   bool read_exe) {
   Revocation r;
-  r.exe = executables_.of(p);
-  r.writer = recognise_writer(WriterIdentity{p.comm, p.parent_comm, r.exe, p.pid});
   r.pid = p.pid;
   r.comm = p.comm;
   r.parent_comm = p.parent_comm;
+  r.start_time_ns = p.start_time_ns;
+  r.exe_unread = true;
   r.action = std::move(action);
   r.at = from_ktime(ktime_ns);
+  if (read_exe) {
+    this->read_exe(r);  // now, while the process may still exist
+  } else {
+    r.writer = recognise_writer(WriterIdentity{r.comm, r.parent_comm, {}, r.pid});
+  }
   return r;
+}
+
+void Attribution::read_exe(Revocation& r) {
+  if (!r.exe_unread) return;
+  ProcessInfo p;
+  p.pid = r.pid;
+  p.start_time_ns = r.start_time_ns;
+  r.exe = executables_.of(p);
+  r.writer = recognise_writer(WriterIdentity{r.comm, r.parent_comm, r.exe, r.pid});
+  r.exe_unread = false;
 }
 
 WatchedContainer* Attribution::rule_write(const RuleWriteEvent& ev) {
@@ -112,7 +127,11 @@ std::optional<std::pair<WatchedContainer*, Revocation>> Attribution::program_cha
   if (!w || !w->is_gpu()) return std::nullopt;
   const std::string action =
       std::string(program_command_text(ev.command)) + " device program " + std::to_string(ev.prog_id);
-  return std::pair{w, revocation(ev.caller, action, ev.ktime_ns)};
+  // The executable is read once the repair has granted (explain_drift): a readlink of
+  // /proc/<pid>/exe walks /proc, a large share of the syscall time before the attach. The
+  // attacher normally still runs then (runc and systemd detach old programs after the
+  // attach); one gone by then is named from its comms, as a gone writer always was.
+  return std::pair{w, revocation(ev.caller, action, ev.ktime_ns, /*read_exe=*/false)};
 }
 
 void Attribution::explain_drift(WatchedContainer& w, const std::vector<WantedDevice>& drifted,
@@ -128,6 +147,7 @@ void Attribution::explain_drift(WatchedContainer& w, const std::vector<WantedDev
   if (!cause || drifted.empty()) return;
   w.last_revocation = *cause;
   w.last_revocation->cause_of = trigger;
+  read_exe(*w.last_revocation);  // after the repair's grant (RepairLoop::check)
   metrics_.revocation(cause->writer);
 }
 

@@ -46,8 +46,10 @@ class Attribution {
                      const Revocation* cause);
 
  private:
-  // `action` empty: a rule write (the caller sets rule_text).
-  Revocation revocation(const ProcessInfo& who, std::string action, std::uint64_t ktime_ns);
+  // `action` empty: a rule write (the caller sets rule_text). Without `read_exe` the
+  // executable is left for read_exe() and the writer named from the comms alone until then.
+  Revocation revocation(const ProcessInfo& who, std::string action, std::uint64_t ktime_ns, bool read_exe = true);
+  void read_exe(Revocation& r);
 
   ContainerTable& containers_;
   ProbeMetrics metrics_;

@@ -1,14 +1,9 @@
 #include "service/container_fleet.h"
 
-#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <set>
-#include <string_view>
-#include <unordered_set>
 
 #include "log/log.h"
 #include "service/arm_timer.h"
@@ -25,24 +20,14 @@ constexpr Clock::duration kIdentifyRetry[] = {std::chrono::milliseconds(10), std
                                               std::chrono::milliseconds(1000), std::chrono::milliseconds(5000)};
 // Long enough to cover a node-wide re-apply storm's batches, short against a scrape.
 constexpr auto kGaugeDelay = std::chrono::milliseconds(10);
+// A spare wrapper's verifier run (v2, ~0.5 ms) waits this long after a grant: the daemon
+// sleeps first, so a tenant on its CPU opens its GPU before, not after, that run.
+constexpr auto kPrepareGrantDelay = std::chrono::milliseconds(2);
 // cgroup v2 without the syscall hook: after a device program load (its attach follows from
 // the same process, normally within microseconds), the GPU containers' programs are re-read
 // at these delays after the latest load; program_query_interval stays the fallback.
 constexpr Clock::duration kProgramSweep[] = {std::chrono::milliseconds(1), std::chrono::milliseconds(10),
                                              std::chrono::milliseconds(100), std::chrono::seconds(1)};
-
-// Whether a cgroup has a process in it: the first bytes of cgroup.procs (cgroupfs, never
-// blocking). An unreadable file counts as occupied: in doubt the remediation waits.
-bool has_processes(const std::string& cgroup_dir) {
-  const int fd = ::open((cgroup_dir + "/cgroup.procs").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno != ENOENT;
-  char buf[32];
-  const ssize_t n = ::read(fd, buf, sizeof buf);
-  ::close(fd);
-  return n != 0;
-}
-
-bool under(const std::string& path, const std::string& dir) { return path == dir || path.rfind(dir + "/", 0) == 0; }
 
 NodeMetrics::ExposedDevices exposure_counts(const Exposure& exposure) {
   NodeMetrics::ExposedDevices n;
@@ -109,6 +94,12 @@ Status ContainerFleet::start_timers() {
   auto gauges = loop_.add_timer([this] { update_gauges(); }, "gauges");
   if (!gauges) return gauges.error();
   gauge_timer_ = std::move(*gauges);
+  // Below every trigger: it waits while repairs are due.
+  auto prepare = loop_.add_timer([this] {
+    if (access_) access_->prepare_next_grant();
+  }, "prepare-grant", std::nullopt, ProbeLink::kReadPriority + 1);
+  if (!prepare) return prepare.error();
+  prepare_timer_ = std::move(*prepare);
   return {};
 }
 
@@ -145,24 +136,6 @@ void ContainerFleet::set_access(std::unique_ptr<DeviceAccess> access) {
     tree_hierarchy_id_ = *id;
   else
     log::warn(id.error().message + "; new containers are found by inotify alone");
-}
-
-void ContainerFleet::sync(const KubepodsTree& tree) {
-  watches_.watch_tree_dir(node_.kubepods().dir());
-  for (const auto& dir : tree.parent_dirs) watches_.watch_tree_dir(dir);
-  // Hashed views of the tree's own strings: 500 long paths with long common prefixes are
-  // costly to copy and to order.
-  std::unordered_set<std::string_view> present;
-  present.reserve(tree.containers.size());
-  for (const auto& cg : tree.containers) {
-    present.insert(cg.cgroup_dir);
-    upsert(cg, /*check_new=*/false);  // all checked below
-  }
-  for (const auto& dir : containers_.dirs([&](const WatchedContainer& w) { return !present.count(w.cgroup.cgroup_dir); }))
-    remove(dir);
-  synced_ = true;
-  check_gpu_containers();
-  update_gauges();
 }
 
 void ContainerFleet::on_container_events() {
@@ -318,20 +291,6 @@ void ContainerFleet::stop_watching(WatchedContainer& w) {
   node_metrics_.forget(w.labels);
 }
 
-void ContainerFleet::remove(const std::string& cgroup_dir) {
-  WatchedContainer* w = containers_.find(cgroup_dir);
-  if (!w) return;
-  watches_.unwatch(*w);
-  if (access_) access_->forget(cgroup_dir);
-  if (w->is_gpu()) {
-    probe_.unwatch(*w);
-    log::info("GPU container gone", w->log_fields());
-  }
-  node_metrics_.forget(w->labels);
-  node_.bundles().forget(w->cgroup.leaf.container_id);
-  containers_.erase(cgroup_dir);
-}
-
 void ContainerFleet::reresolve_all() {
   std::set<std::string> changed;
   for (auto& [dir, w] : containers_) {
@@ -372,6 +331,8 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
     return true;
   }
   if (outcome.retry_at) schedule_retry(w, *outcome.retry_at - Clock::now(), trigger);
+  if (outcome.prepare_next_grant && !prepare_timer_.armed())
+    arm_timer(prepare_timer_, kPrepareGrantDelay, "prepare-grant", daemon_metrics_);
   bool target_moved = false;
   if (!outcome.granted.empty()) {
     // The re-apply that revoked may have rewritten the scope's DeviceAllow= too (`runc
@@ -466,28 +427,6 @@ void ContainerFleet::bundle_appeared(const std::string& container_id) {
   }
 }
 
-void ContainerFleet::dir_created(const std::string& path) {
-  auto kind = classify_cgroup_dir(node_.kubepods(), path);
-  if (!kind) return;
-  if (kind->level == CgroupDirKind::kContainer) {
-    upsert(*kind->container, /*check_new=*/true);
-    return;
-  }
-  // A QoS or pod cgroup: watch it first, then look at what was created before the watch.
-  watches_.watch_tree_dir(path);
-  KubepodsTree tree = node_.scan();
-  for (const auto& d : tree.parent_dirs)
-    if (d.rfind(path + "/", 0) == 0) watches_.watch_tree_dir(d);
-  for (const auto& cg : tree.containers)
-    if (cg.cgroup_dir.rfind(path + "/", 0) == 0 && !containers_.contains(cg.cgroup_dir)) upsert(cg, true);
-}
-
-void ContainerFleet::tree_dir_removed(const std::string& path) {
-  node_.tree_dir_removed(path);
-  for (const auto& d : containers_.dirs([&](const WatchedContainer& w) { return under(w.cgroup.cgroup_dir, path); }))
-    remove(d);
-}
-
 void ContainerFleet::gauges_changed() {
   if (!gauge_timer_.armed()) arm_timer(gauge_timer_, kGaugeDelay, "gauges", daemon_metrics_);
 }
@@ -497,24 +436,6 @@ void ContainerFleet::update_gauges() {
   gauges_.report(counts, node_, access_ && access_->policy_in_programs());
   probe_.maintain_syscall_hook(counts.missing > 0);
   if (kube_) kube_->container_problems(std::move(counts.problems));
-}
-
-std::vector<RunningContainer> ContainerFleet::running_containers() const {
-  std::vector<RunningContainer> running;
-  for (const auto& [dir, w] : containers_) {
-    RunningContainer c;
-    c.pod_uid = w.cgroup.pod.pod_uid;  // the cgroup path's: the kernel enforces it
-    if (w.target.identity && !w.target.identity_conflict) c.container_name = w.target.identity->container_name;
-    c.has_processes = has_processes(dir);
-    running.push_back(std::move(c));
-  }
-  return running;
-}
-
-std::size_t ContainerFleet::gpu_containers() const {
-  std::size_t n = 0;
-  for (const auto& [dir, w] : containers_) n += w.is_gpu();
-  return n;
 }
 
 }  // namespace gdw

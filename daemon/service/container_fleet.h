@@ -131,6 +131,9 @@ class ContainerFleet final : public ContainerLister {
   // containers' programs are looked at a few times after it (kProgramSweep).
   EventSource program_sweep_timer_;
   std::size_t program_sweep_step_ = 0;
+  // After a grant, the access prepares the next one (CheckOutcome::prepare_next_grant) a
+  // moment later: a tenant sharing the daemon's CPU gets its devices back first.
+  EventSource prepare_timer_;
 };
 
 }  // namespace gdw

@@ -195,6 +195,7 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
       [&](const auto& e) {
         using T = std::decay_t<decltype(e)>;
         if constexpr (std::is_same_v<T, RuleWriteEvent>) {
+          record_read(e.ktime_ns);
           if (WatchedContainer* w = attribution_.rule_write(e)) batch.named.push_back(w->cgroup_id);
         } else if constexpr (std::is_same_v<T, RuleWriteResultEvent>) {
           attribution_.rule_write_result(e);
@@ -208,6 +209,7 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
           if (e.created) batch.created.push_back({e.hierarchy_id, e.path});
         } else if constexpr (std::is_same_v<T, DeviceProgramEvent>) {
           if (!policy_in_programs) return;
+          record_read(e.ktime_ns);
           // A change on crun's sub-cgroup is a change of its container.
           auto owner = subgroup_owner_.find(e.target_cgroup_id);
           if (owner == subgroup_owner_.end()) {
@@ -222,6 +224,13 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
         }
       },
       ev);
+}
+
+void ProbeLink::record_read(std::uint64_t ktime_ns) {
+  // The probe's timestamps are CLOCK_MONOTONIC, as Clock (steady_clock) is.
+  const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  const auto delay_ns = now_ns - static_cast<std::int64_t>(ktime_ns);
+  metrics_.record_delay(delay_ns > 0 ? static_cast<double>(delay_ns) / 1e9 : 0.0);
 }
 
 void ProbeLink::on_denied_open(const DeniedOpenEvent& ev) {

@@ -92,6 +92,8 @@ class ProbeLink {
   Result<EventSource> start_counters_timer();
   void on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBatch& batch);
   void on_denied_open(const DeniedOpenEvent& ev);
+  // A repair trigger's record (rule write, program change) read now: its delay is counted.
+  void record_read(std::uint64_t ktime_ns);
   // Adds what the probe counted in the kernel (denied opens of non-GPU paths) to metrics.
   void collect_other_denied_opens();
 

@@ -25,6 +25,7 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
   w.last_check = now;
   RepairStep step =
       repair_once(access, w.repair, w.cgroup.cgroup_dir, w.target.desired, now, settings_, all_denied_seen);
+  const auto done = Clock::now();  // the grant, if any, is written: what follows is reporting
   if (step.gone) {
     out.gone = true;  // removed mid-repair: quietly dropped
     return out;
@@ -43,8 +44,8 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
   if (step.applied->programs_now) count_programs(w, *step.applied->programs_now);
   earliest(out.retry_at, step.settled.retry_at);
   if (persist_in_scope(w.target)) out.granted = step.settled.granted;  // before the report takes them
-  report_.grants(w, step, trigger);
-  access.prepare_next_grant();
+  report_.grants(w, step, trigger, done);
+  out.prepare_next_grant = access.next_grant_work_due();
   return out;
 }
 

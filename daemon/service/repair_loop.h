@@ -28,6 +28,10 @@ struct CheckOutcome {
   // systemd driver (a scope that restricts devices): what this check granted, for the
   // scope's DeviceAllow= (core/repair_plan.h: plan_persistence).
   std::vector<WantedDevice> granted;
+  // A grant went out and the device access has work that makes the next one faster
+  // (DeviceAccess::prepare_next_grant): run it after the tenant has had its devices back,
+  // not in this dispatch.
+  bool prepare_next_grant = false;
 };
 
 class RepairLoop {

@@ -43,9 +43,10 @@ void RepairReport::plan(WatchedContainer& w, const RepairStep& step) {
   }
 }
 
-void RepairReport::grants(WatchedContainer& w, RepairStep& step, Clock::time_point trigger) {
+void RepairReport::grants(WatchedContainer& w, RepairStep& step, Clock::time_point trigger,
+                          Clock::time_point granted_at) {
   const GrantReport& applied = *step.applied;
-  const auto repair_time = Clock::now() - trigger;
+  const auto repair_time = granted_at - trigger;
   metrics_.repair_duration(std::chrono::duration<double>(repair_time).count());
   const auto granted = std::count_if(applied.devices.begin(), applied.devices.end(),
                                      [](const DeviceOutcome& o) { return o.outcome.ok(); });

@@ -35,7 +35,8 @@ class RepairReport {
   void plan(WatchedContainer& w, const RepairStep& step);
   // The grants of a step: metrics, warnings, refusals, and the repair's log line (now, or
   // once the probe named the writer). Takes the step's granted devices.
-  void grants(WatchedContainer& w, RepairStep& step, Clock::time_point trigger);
+  // `granted_at`: when the grant was written (the repair time counted ends there).
+  void grants(WatchedContainer& w, RepairStep& step, Clock::time_point trigger, Clock::time_point granted_at);
   // The probe just named who revoked `w`'s devices: a log line waiting for it goes out.
   void named(WatchedContainer& w);
   // systemd answered a call adding `devices` to `unit`'s DeviceAllow=.

@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "backend/device_programs_v2.h"
 #include "support/daemon_harness.h"
 #include "support/foreign_device_program.h"
+#include "support/process_usage.h"
 
 namespace gdw::test {
 namespace {
@@ -89,6 +91,10 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
   EXPECT_GE(daemon.metric("gpu_devwatch_regrants_total", {{"method", "bpf"}, {"result", "success"}}), 1);
   EXPECT_GE(daemon.metric("gpu_devwatch_drift_total", {{"device", "nvidia0"}}), 1);
   EXPECT_TRUE(daemon.process().wait_for_output(") attaching device program")) << daemon.output();
+  // The attacher's executable (this test's) is read after the grant, while it still runs.
+  EXPECT_NE(daemon.output().find(", " + std::filesystem::read_symlink("/proc/self/exe").string() + ", parent "),
+            std::string::npos)
+      << daemon.output();
   // The startup repair had no cause to name: its line does not borrow the later one's.
   EXPECT_EQ(daemon.output().find("tools,nvidia0"), std::string::npos) << daemon.output();
   // systemd's program was wrapped by ours; the runtime's, which allows the GPU, stays.
@@ -98,6 +104,39 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
            daemon.metric("gpu_devwatch_device_programs", {{"owner", "runtime"}}) == 1 &&
            daemon.metric("gpu_devwatch_device_programs", {{"owner", "systemd"}}) == 0;
   })) << daemon.metrics();
+}
+
+// After a repair the daemon loads a spare copy of the wrapper it used (on a timer, once
+// the tenant has its devices back), so that the next re-apply of the same cgroup is
+// answered without a verifier run: the next repair attaches the spare.
+TEST_F(V2Repair, AfterARepairASpareWrapperWaitsForTheNextReapply) {
+  DaemonHarness daemon(*node_);
+  ASSERT_TRUE(daemon.start("daemon:\n  program_query_interval: 1h\n", /*probe=*/true)) << daemon.output();
+  if (daemon.metric("gpu_devwatch_probe_loaded") != 1) GTEST_SKIP() << "probe not loadable:\n" << daemon.output();
+  ASSERT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
+  const pid_t pid = daemon.process().pid();
+  const std::size_t held_before = program_ids_held(pid, BPF_PROG_TYPE_CGROUP_DEVICE).size();
+
+  node_->reapply_spec(*c_);  // systemd's program, ANDed on: wrapped
+  ASSERT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
+  std::set<std::uint32_t> held;
+  EXPECT_TRUE(eventually([&] {
+    held = program_ids_held(pid, BPF_PROG_TYPE_CGROUP_DEVICE);
+    return held.size() == held_before + 2;
+  })) << held.size() << " held, " << held_before << " before: the wrapper attached and a spare";
+  auto programs = query_device_programs(c_->cgroup_dir);
+  ASSERT_TRUE(programs.ok()) << programs.error().message;
+  std::set<std::uint32_t> spare = held;
+  for (const auto& p : *programs) spare.erase(p.id);
+  ASSERT_FALSE(spare.empty());
+
+  node_->reapply_spec(*c_);  // the same spec again: the same wrapper, attached here already
+  ASSERT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
+  programs = query_device_programs(c_->cgroup_dir);
+  ASSERT_TRUE(programs.ok()) << programs.error().message;
+  EXPECT_TRUE(std::any_of(programs->begin(), programs->end(), [&](const auto& p) { return spare.count(p.id); }))
+      << "the second repair attached the spare loaded after the first";
+  EXPECT_EQ(node_->open_errno(*c_, "mem"), EPERM);
 }
 
 INSTANTIATE_TEST_SUITE_P(SyscallHook, V2RepairOnProbeEvents, ::testing::Values("on-drift", "always"),

@@ -19,12 +19,14 @@ class FakeDeviceAccess final : public DeviceAccess {
   std::set<DeviceNumber> refused;  // a parent denies these
   std::set<std::string> unreadable;
   int observes = 0, grants = 0;
+  bool next_grant_work = false;  // what next_grant_work_due() says
 
   std::string description() const override { return "fake"; }
   std::string observed_source() const override { return "fake"; }
   std::vector<std::string> rule_files() const override { return {}; }
   bool policy_in_programs() const override { return false; }
   Result<std::uint32_t> hierarchy_id(const std::string&) const override { return 0u; }
+  bool next_grant_work_due() const override { return next_grant_work; }
   Result<DeviceState> observe(const std::string& dir, const DesiredDevices& desired) override {
     ++observes;
     if (unreadable.count(dir)) return errno_error(EIO, "cannot read");

@@ -5,6 +5,10 @@
 
 #include "metrics/metrics.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "support/fake_device_access.h"
@@ -78,6 +82,7 @@ class RepairLoopTest : public ::testing::Test {
       return false;
     }
     if (outcome.retry_at) retries.push_back(*outcome.retry_at - now);
+    prepare_asked += outcome.prepare_next_grant;
     ++checked;
     return true;
   }
@@ -94,7 +99,48 @@ class RepairLoopTest : public ::testing::Test {
   std::vector<std::string> gone;
   std::vector<Clock::duration> retries;
   int checked = 0;
+  int prepare_asked = 0;  // checks that asked the owner to prepare the next grant
 };
+
+// A process of this test's to name as a device program's attacher (the daemon leaves its
+// own pid out): it sleeps until killed.
+class Attacher {
+ public:
+  Attacher() : pid_(::fork()) {
+    if (pid_ == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+  }
+  ~Attacher() { end(); }
+  pid_t pid() const { return pid_; }
+  void end() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_;
+};
+
+DeviceProgramEvent attach_by(pid_t pid) {
+  DeviceProgramEvent ev;
+  ev.caller.pid = pid;
+  ev.caller.comm = "runc";
+  ev.target_cgroup_id = 4242;
+  ev.prog_id = 77;
+  ev.ktime_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+  return ev;
+}
+
+std::string own_exe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
 
 TEST_F(RepairLoopTest, GrantsWhatIsMissingAndCountsDriftAndRegrants) {
   access.allowed[kDir] = {kCtl.dev};
@@ -145,6 +191,55 @@ TEST_F(RepairLoopTest, TheCauseHandedInIsNamedAndCountedOnlyWhenSomethingWentMis
   EXPECT_EQ(w->last_revocation->writer, "runc");
   EXPECT_EQ(w->last_revocation->cause_of, trigger);
   EXPECT_EQ(metric("gpu_devwatch_revocations_total", {{"writer", "runc"}}), 1);
+}
+
+TEST_F(RepairLoopTest, AProgramAttachersExecutableIsReadByTheRepairNotBeforeIt) {
+  Attacher attacher;
+  ASSERT_GT(attacher.pid(), 0);
+  auto change = attribution.program_change(attach_by(attacher.pid()));
+  ASSERT_TRUE(change);
+  EXPECT_EQ(change->first, w);
+  // Nothing read while the probe's records are drained: the grant comes first.
+  EXPECT_TRUE(change->second.exe.empty());
+  EXPECT_EQ(change->second.writer, "runc") << "named from its comm until then";
+
+  access.allowed[kDir] = {kCtl.dev};
+  check(&change->second);
+  EXPECT_EQ(access.allowed[kDir].count(kGpu0.dev), 1u);
+  ASSERT_TRUE(w->last_revocation);
+  EXPECT_EQ(w->last_revocation->exe, own_exe()) << "the attacher's executable (this test, forked)";
+  EXPECT_EQ(w->last_revocation->writer, "runc");
+  EXPECT_EQ(metric("gpu_devwatch_revocations_total", {{"writer", "runc"}}), 1);
+}
+
+TEST_F(RepairLoopTest, AnAttacherGoneBeforeTheRepairIsNamedFromItsComm) {
+  Attacher attacher;
+  ASSERT_GT(attacher.pid(), 0);
+  auto change = attribution.program_change(attach_by(attacher.pid()));
+  ASSERT_TRUE(change);
+  attacher.end();
+  access.allowed[kDir] = {kCtl.dev};
+  check(&change->second);
+  ASSERT_TRUE(w->last_revocation);
+  EXPECT_TRUE(w->last_revocation->exe.empty());
+  EXPECT_EQ(w->last_revocation->writer, "runc");
+  EXPECT_EQ(metric("gpu_devwatch_revocations_total", {{"writer", "runc"}}), 1);
+}
+
+TEST_F(RepairLoopTest, AGrantWithWorkForTheNextOneAsksItsOwnerToRunItLater) {
+  access.next_grant_work = true;
+  access.allowed[kDir] = {kGpu0.dev, kCtl.dev};
+  check();
+  EXPECT_EQ(prepare_asked, 0) << "nothing granted";
+  access.allowed[kDir] = {kCtl.dev};
+  check();
+  EXPECT_EQ(access.grants, 1);
+  EXPECT_EQ(prepare_asked, 1) << "after the grant, for the owner to run later";
+  access.next_grant_work = false;
+  access.allowed[kDir] = {kCtl.dev};
+  check();
+  EXPECT_EQ(access.grants, 2);
+  EXPECT_EQ(prepare_asked, 1) << "no work due: no timer, no wake-up for it";
 }
 
 TEST_F(RepairLoopTest, WithTheProbeTheLogLineWaitsForTheRevokerThenGoesOut) {
