@@ -90,6 +90,12 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
   EXPECT_EQ(node_->open_errno(*c_, "nvidia1"), EPERM);
   EXPECT_GE(daemon.metric("gpu_devwatch_regrants_total", {{"method", "bpf"}, {"result", "success"}}), 1);
   EXPECT_GE(daemon.metric("gpu_devwatch_drift_total", {{"device", "nvidia0"}}), 1);
+  // The attach's record was read, and how long after the kernel took it is counted.
+  EXPECT_GE(daemon.metric("gpu_devwatch_probe_record_delay_seconds_count"), 1);
+  EXPECT_GT(daemon.metric("gpu_devwatch_probe_record_delay_seconds_sum"), 0);
+  EXPECT_LT(daemon.metric("gpu_devwatch_probe_record_delay_seconds_sum"),
+            daemon.metric("gpu_devwatch_probe_record_delay_seconds_count") * 5.0)
+      << "a delay is the time the record waited, not a timestamp";
   EXPECT_TRUE(daemon.process().wait_for_output(") attaching device program")) << daemon.output();
   // The attacher's executable (this test's) is read after the grant, while it still runs.
   EXPECT_NE(daemon.output().find(", " + std::filesystem::read_symlink("/proc/self/exe").string() + ", parent "),
