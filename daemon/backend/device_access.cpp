@@ -98,7 +98,8 @@ class DeviceProgramsV2 final : public DeviceAccess {
     return state;
   }
 
-  // The next repair's wrapper copy, loaded now rather than while that repair waits.
+  // The next repair's wrapper copy, loaded after this one (on the owner's timer) rather
+  // than while that repair waits.
   bool next_grant_work_due() const override { return cache_.spares_due(); }
   void prepare_next_grant() override { cache_.load_spares(Clock::now()); }
 

@@ -31,7 +31,7 @@ OwnedFd::~OwnedFd() {
 
 Result<OwnedFd> open_cgroup(const std::string& dir) {
   OwnedFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.valid()) return Error{"opening cgroup " + dir + ": " + errno_text(errno)};
+  if (!fd.valid()) return errno_error(errno, "opening cgroup " + dir + ": " + errno_text(errno));
   return fd;
 }
 
@@ -260,10 +260,7 @@ Status look_at(const std::shared_ptr<const int>& fd, const std::string& dir, con
 // the long path); nullptr when there is none.
 Result<std::shared_ptr<const int>> open_crun_subgroup(int container_fd, const std::string& container_dir) {
   const int fd = ::openat(container_fd, kCrunSubgroup, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd >= 0) return std::shared_ptr<const int>(new int(fd), [](const int* f) {
-      ::close(*f);
-      delete f;
-    });
+  if (fd >= 0) return share_fd(fd);
   if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return std::shared_ptr<const int>();
   return errno_error(errno,
                      "opening cgroup " + container_dir + "/" + kCrunSubgroup + ": " + errno_text(errno));

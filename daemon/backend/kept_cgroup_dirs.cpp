@@ -1,19 +1,22 @@
 #include "backend/kept_cgroup_dirs.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include "backend/device_programs_v2_kernel.h"
 
 namespace gdw {
 
-Result<std::shared_ptr<const int>> open_shared_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return errno_error(errno, "opening cgroup " + dir + ": " + errno_text(errno));
+std::shared_ptr<const int> share_fd(int fd) {
   return std::shared_ptr<const int>(new int(fd), [](const int* f) {
     ::close(*f);
     delete f;
   });
+}
+
+Result<std::shared_ptr<const int>> open_shared_dir(const std::string& dir) {
+  auto fd = v2_kernel::open_cgroup(dir);
+  if (!fd) return fd.error();
+  return share_fd(fd->release());
 }
 
 Result<KeptCgroupDirs::Dir> KeptCgroupDirs::open(const std::string& dir) {

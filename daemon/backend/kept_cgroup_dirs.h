@@ -38,7 +38,9 @@ class KeptCgroupDirs {
   std::unordered_map<std::string, std::shared_ptr<const int>> kept_;
 };
 
-// `dir` opened (O_DIRECTORY), shared: closed with the last copy.
+// An open descriptor, shared: closed with the last copy.
+std::shared_ptr<const int> share_fd(int fd);
+// `dir` opened (v2_kernel::open_cgroup), shared.
 Result<std::shared_ptr<const int>> open_shared_dir(const std::string& dir);
 
 }  // namespace gdw

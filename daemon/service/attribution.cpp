@@ -10,11 +10,6 @@
 namespace gdw {
 namespace {
 
-// The probe's timestamps are CLOCK_MONOTONIC, as Clock (steady_clock) is.
-Clock::time_point from_ktime(std::uint64_t ktime_ns) {
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ktime_ns)));
-}
-
 const char* program_command_text(DeviceProgramEvent::Command command) {
   using Command = DeviceProgramEvent::Command;
   switch (command) {
@@ -46,7 +41,7 @@ Revocation Attribution::revocation(const ProcessInfo& p, std::string action, std
   r.start_time_ns = p.start_time_ns;
   r.exe_unread = true;
   r.action = std::move(action);
-  r.at = from_ktime(ktime_ns);
+  r.at = probe_time(ktime_ns);
   if (read_exe) {
     this->read_exe(r);  // now, while the process may still exist
   } else {

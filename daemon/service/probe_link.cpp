@@ -3,6 +3,7 @@
 #include <sys/epoll.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <type_traits>
 #include <variant>
 
@@ -227,10 +228,8 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
 }
 
 void ProbeLink::record_read(std::uint64_t ktime_ns) {
-  // The probe's timestamps are CLOCK_MONOTONIC, as Clock (steady_clock) is.
-  const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-  const auto delay_ns = now_ns - static_cast<std::int64_t>(ktime_ns);
-  metrics_.record_delay(delay_ns > 0 ? static_cast<double>(delay_ns) / 1e9 : 0.0);
+  const std::chrono::duration<double> delay = Clock::now() - probe_time(ktime_ns);
+  metrics_.record_delay(std::max(delay.count(), 0.0));
 }
 
 void ProbeLink::on_denied_open(const DeniedOpenEvent& ev) {
