@@ -1,15 +1,18 @@
 // What the probe costs unrelated processes: ns per write() to /dev/null, per
 // openat()+close() of a regular file, per mmap()+munmap() of a private writable page
-// (which passes a CAP_SYS_ADMIN check, where the always-on program runs), and two calls
-// that allocate with kmalloc, where the attach hook's program runs (it returns after one
+// (which passes a CAP_SYS_ADMIN check, where the capability hook runs), and two calls that
+// allocate with kmalloc, where the attach hook's program runs (it returns after one
 // comparison of the call site): a read of /proc/self/stat (seq_file's buffer) and a 4000
-// byte send+receive on a unix socket (the skb's data). Four configurations alternate in the
+// byte send+receive on a unix socket (the skb's data). Five configurations alternate in the
 // same run:
 //   none      no probe
-//   probe     the probe as the daemon runs it by default (syscall hook detached)
-//   noattach  the same without the attach hook (probe.attach_hook's cost alone)
-//   hook      the probe with its syscall hook attached (while a GPU container misses
-//             devices, or probe.syscall_hook: always)
+//   v2        the probe as the daemon runs it by default on a cgroup v2 node (the attach
+//             hook; syscall hook detached)
+//   v1        the same on a cgroup v1 node (the capability hook)
+//   both      both hooks: the probe before it knows the node's cgroup version (and every
+//             node's default before 2026-11-27)
+//   v2+hook   v2 with the syscall hook attached (while a GPU container misses devices,
+//             or probe.syscall_hook: always)
 // The loops run in a worker process forked before any probe is loaded, so the probe's
 // maps and ring buffer never share its address space: it is the unrelated process. With
 // the probe loaded a few cgroups and the GPU major are watched (none of them the
@@ -159,16 +162,22 @@ class Worker {
   int to_ = -1, from_ = -1;
 };
 
-enum Mode { kNone, kProbe, kNoAttachHook, kHook, kModes };
-const char* const kModeNames[kModes] = {"none", "probe", "noattach", "hook"};
+enum Mode { kNone, kV2, kV1, kBoth, kHook, kModes };
+const char* const kModeNames[kModes] = {"none", "v2", "v1", "both", "v2+hook"};
 
 std::unique_ptr<gdw::Probe> load_probe(Mode mode) {
   gdw::ProbeOptions options;
   options.syscall_hook = mode == kHook;
-  options.attach_hook = mode != kNoAttachHook;
   auto probe = gdw::Probe::load(options);
   if (!probe) {
     std::fprintf(stderr, "probe_overhead: %s\n", probe.error().message.c_str());
+    std::exit(1);
+  }
+  const gdw::DevicePolicyForm form = mode == kV1     ? gdw::DevicePolicyForm::kRuleFiles
+                                     : mode == kBoth ? gdw::DevicePolicyForm::kUnknown
+                                                     : gdw::DevicePolicyForm::kPrograms;
+  if (auto focused = (*probe)->focus(form); !focused) {
+    std::fprintf(stderr, "probe_overhead: %s\n", focused.error().message.c_str());
     std::exit(1);
   }
   // Ids that are no cgroup of this process: the open filter runs and finds nothing.
@@ -176,7 +185,7 @@ std::unique_ptr<gdw::Probe> load_probe(Mode mode) {
     if (!(*probe)->watch_cgroup(id)) std::exit(1);
   }
   if (!(*probe)->watch_major(195)) std::exit(1);
-  if (mode != kNoAttachHook && !(*probe)->attach_hook()) {
+  if (mode != kV1 && !(*probe)->attach_hook()) {
     std::fprintf(stderr, "probe_overhead: no attach hook: %s\n", (*probe)->attach_hook_problem().c_str());
     std::exit(1);
   }
@@ -242,7 +251,7 @@ int main(int argc, char** argv) {
   auto row = [](const char* call, const std::vector<double>* ns) {
     double min0 = *std::min_element(ns[kNone].begin(), ns[kNone].end()), med0 = median(ns[kNone]);
     std::printf("%-24s %8.1f %8.1f", call, min0, med0);
-    for (int mode : {kProbe, kNoAttachHook, kHook}) {
+    for (int mode : {kV2, kV1, kBoth, kHook}) {
       double min1 = *std::min_element(ns[mode].begin(), ns[mode].end()), med1 = median(ns[mode]);
       std::printf(" | %8.1f %7.1f%% %8.1f %7.1f%%", min1, (min1 - min0) / min0 * 100, med1, (med1 - med0) / med0 * 100);
     }
@@ -251,7 +260,7 @@ int main(int argc, char** argv) {
   std::printf("\n%d rounds, %ld writes, %ld opens, %ld mmaps per round; ns per call (min, median)\n", rounds, writes,
               opens, mmaps);
   std::printf("%-24s %8s %8s", "call", "none", "(med)");
-  for (const char* mode : {"probe", "noattach", "hook"})
+  for (const char* mode : {"v2", "v1", "both", "v2+hook"})
     std::printf(" | %8s %8s %8s %8s", mode, "overhead", "(med)", "overhead");
   std::printf("\n");
   for (const auto& loop : loops) row(loop.call, loop.ns);

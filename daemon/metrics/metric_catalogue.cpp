@@ -75,6 +75,11 @@ const std::vector<MetricFamilySpec> kFamilies = {
      "1 while the probe's attach hook is attached (cgroup v2: device program attaches to GPU containers "
      "seen as they happen); 0: a program load makes every GPU container's programs be read again.",
      {}, Series::kAtStart},
+    {Id::kCapabilityHookAttached, Type::kGauge, "gpu_devwatch_probe_capability_hook_attached",
+     "1 while the probe's capability hook is attached (cgroup v1: rule writers named at their permission "
+     "check; cgroup v2 without the attach hook: device program loads). It runs on every capability check "
+     "of the node, so it is attached only where the device policy needs it.",
+     {}, Series::kAtStart},
     {Id::kPodResourcesCalls, Type::kCounter, "gpu_devwatch_pod_resources_calls_total",
      "Calls to kubelet's PodResources List, by result (ok, socket-absent, deadline-exceeded, "
      "resource-exhausted, unavailable, other).",

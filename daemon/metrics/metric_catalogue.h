@@ -22,7 +22,7 @@ enum class MetricId : std::uint8_t {
   kDrift, kRegrants, kRepairDuration, kRepairsThrottled, kContainersWatched, kContainersMissingDevices,
   kContainersUnidentified, kContainersThrottled, kCheckpointChecksumValid, kCheckpointLoaded, kBuildInfo,
   kEventLoopErrors, kResyncs, kResyncDuration, kInotifyOverflows, kConfigReloads, kProbeLoaded,
-  kSyscallHookAttached, kAttachHookAttached, kPodResourcesCalls, kPodResourcesUp, kPodResourcesLatency,
+  kSyscallHookAttached, kAttachHookAttached, kCapabilityHookAttached, kPodResourcesCalls, kPodResourcesUp, kPodResourcesLatency,
   kAllocationDisagreements, kAmbiguousPodIdentities, kIdentityConflicts, kCdiSpecErrors,
   kCdiUnresolvedDevices, kDevicePrograms, kDeviceProgramsReplaced, kCheckpointStale,
   kCheckpointUnknownDevices, kRemediationHeld, kRemediations, kDevicePluginUp, kDevicePluginLatency,

@@ -21,6 +21,10 @@ void ProbeMetrics::set_attach_hook_attached(bool attached) {
   m_->gauge(Id::kAttachHookAttached).Set(attached ? 1 : 0);
 }
 
+void ProbeMetrics::set_capability_hook_attached(bool attached) {
+  m_->gauge(Id::kCapabilityHookAttached).Set(attached ? 1 : 0);
+}
+
 void ProbeMetrics::revocation(const std::string& writer) {
   auto& series = m_->revocation_series_;
   auto it = series.find(writer);

@@ -19,6 +19,7 @@ class ProbeMetrics {
   void set_probe_loaded(bool loaded);
   void set_syscall_hook_attached(bool attached);
   void set_attach_hook_attached(bool attached);
+  void set_capability_hook_attached(bool attached);
   void revocation(const std::string& writer);
   void denied_open(const ContainerLabels& c, const std::string& device, std::uint64_t count = 1);
   // The probe's running count of lost records; the counter moves by what is new.

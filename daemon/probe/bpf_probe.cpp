@@ -55,6 +55,7 @@ class BpfProbe final : public Probe {
     ring_buffer__free(ring_);
     bpf_link__destroy(syscall_hook_);
     bpf_link__destroy(attach_hook_);
+    bpf_link__destroy(capability_hook_);
     for (bpf_link* link : links_) bpf_link__destroy(link);
     devwatch::destroy(skeleton_);
   }
@@ -62,10 +63,9 @@ class BpfProbe final : public Probe {
   BpfProbe& operator=(const BpfProbe&) = delete;
 
   Status attach_always_on();
-  // The attach hook: its call sites looked up (gdw_lookup_symbols, run once), then
-  // gdw_effective_progs attached. Where that cannot be done, device program loads are
-  // reported instead, and attach_hook_problem() says why.
-  void attach_attach_hook();
+  // The attach hook's call sites looked up (gdw_lookup_symbols, run once); where that
+  // cannot be done attach_hook_problem() says why and it is never attached.
+  void prepare_attach_hook();
   void set_attach_hook_problem(std::string problem) { attach_hook_problem_ = std::move(problem); }
   Status remember_existing_device_links();
   Status open_ring_buffer();
@@ -75,6 +75,8 @@ class BpfProbe final : public Probe {
   bool rule_writes_need_syscall_hook() const override { return rule_writes_need_hook_; }
   bool attach_hook() const override { return attach_hook_ != nullptr; }
   const std::string& attach_hook_problem() const override { return attach_hook_problem_; }
+  Status focus(DevicePolicyForm form) override;
+  bool capability_hook() const override { return capability_hook_ != nullptr; }
 
   int fd() const override { return ring_buffer__epoll_fd(ring_); }
   Result<int> consume(const std::function<void(const ProbeEvent&)>& handler, int max_records) override;
@@ -90,13 +92,17 @@ class BpfProbe final : public Probe {
  private:
   static int on_record(void* self, void* data, std::size_t size);
   int deliver(std::string_view record);
+  Status set_attach_hook(bool attached);
+  Status set_capability_hook(bool attached);
 
   devwatch* skeleton_;
   bool rule_writes_need_hook_;
   std::vector<bpf_link*> links_;
   bpf_link* syscall_hook_ = nullptr;
   bpf_link* attach_hook_ = nullptr;
+  bool attach_hook_usable_ = false;  // loaded and its call sites found
   std::string attach_hook_problem_;
+  bpf_link* capability_hook_ = nullptr;
   ring_buffer* ring_ = nullptr;
   // Set only while consume() runs.
   const std::function<void(const ProbeEvent&)>* handler_ = nullptr;
@@ -112,10 +118,11 @@ class BpfProbe final : public Probe {
 // the value: the record is handled, the rest waits.
 constexpr int kBudgetSpent = -EAGAIN;
 
-// The programs attached apart: the syscall hook (on demand) and the attach hook's pair.
+// The programs attached apart: the syscall hook (on demand), the attach hook's pair and
+// the capability hook (as the node's device policy needs them: focus()).
 bool attached_apart(const devwatch* skeleton, const bpf_program* program) {
   return program == skeleton->progs.gdw_sys_exit || program == skeleton->progs.gdw_effective_progs ||
-         program == skeleton->progs.gdw_lookup_symbols;
+         program == skeleton->progs.gdw_lookup_symbols || program == skeleton->progs.gdw_cap_check;
 }
 
 Status BpfProbe::attach_always_on() {
@@ -134,7 +141,7 @@ Status BpfProbe::attach_always_on() {
   return {};
 }
 
-void BpfProbe::attach_attach_hook() {
+void BpfProbe::prepare_attach_hook() {
   if (!bpf_program__autoload(skeleton_->progs.gdw_effective_progs)) return;  // problem set at load
   LIBBPF_OPTS(bpf_test_run_opts, run);
   if (bpf_prog_test_run_opts(bpf_program__fd(skeleton_->progs.gdw_lookup_symbols), &run) != 0) {
@@ -148,29 +155,57 @@ void BpfProbe::attach_attach_hook() {
                            "bpf_prog_array_alloc) is in the kernel's symbols (kptr_restrict, lockdown?)";
     return;
   }
-  clear_libbpf_log();
-  attach_hook_ = bpf_program__attach(skeleton_->progs.gdw_effective_progs);
-  if (!attach_hook_) {
-    attach_hook_problem_ = load_error("attaching it (tp_btf/kmalloc)", -errno).message;
-    return;
+  attach_hook_usable_ = true;
+}
+
+// Attaches `program` (as `link`) or destroys its link; nothing when already so. false:
+// the attach failed, with errno set.
+bool set_link(bpf_link*& link, bpf_program* program, bool attached) {
+  if (attached == (link != nullptr)) return true;
+  if (!attached) {
+    bpf_link__destroy(link);
+    link = nullptr;
+    return true;
   }
-  skeleton_->data->report_program_loads = false;  // the attaches themselves are reported
+  clear_libbpf_log();
+  link = bpf_program__attach(program);
+  return link != nullptr;
+}
+
+Status BpfProbe::set_attach_hook(bool attached) {
+  if (set_link(attach_hook_, skeleton_->progs.gdw_effective_progs, attached)) return {};
+  Error failed = load_error("attaching it (tp_btf/kmalloc)", -errno);
+  attach_hook_problem_ = failed.message;
+  attach_hook_usable_ = false;  // not tried again on every focus
+  return failed;
+}
+
+Status BpfProbe::set_capability_hook(bool attached) {
+  if (set_link(capability_hook_, skeleton_->progs.gdw_cap_check, attached)) return {};
+  return load_error("attaching the capability hook (gdw_cap_check, tp_btf/cap_capable)", -errno);
+}
+
+// Each always-on hook costs unrelated system calls (the capability hook every mmap of
+// writable memory, the attach hook every kmalloc), so a node pays only for the one its
+// device policy needs. Attaches come before detaches: no moment sees neither.
+Status BpfProbe::focus(DevicePolicyForm form) {
+  // A refusal is kept in attach_hook_problem(): the probe works on without it.
+  (void)set_attach_hook(form != DevicePolicyForm::kRuleFiles && attach_hook_usable_);
+  const bool attaches_seen = attach_hook_ != nullptr;
+  // Without the attach hook, a program load (its CAP_BPF check) is what cgroup v2 shows.
+  skeleton_->data->report_program_loads = form != DevicePolicyForm::kRuleFiles && !attaches_seen;
+  const bool capability_wanted = form != DevicePolicyForm::kPrograms || !attaches_seen;
+  return set_capability_hook(capability_wanted && bpf_program__autoload(skeleton_->progs.gdw_cap_check));
 }
 
 Status BpfProbe::set_syscall_hook(bool attached) {
   if (attached == (syscall_hook_ != nullptr)) return {};
-  if (attached) {
-    clear_libbpf_log();
-    syscall_hook_ = bpf_program__attach(skeleton_->progs.gdw_sys_exit);
-    if (!syscall_hook_) return load_error("attaching the syscall hook (gdw_sys_exit, tp_btf/sys_exit)", -errno);
-    // Only now: a write passing its permission check before this has no exit to be seen.
-    skeleton_->bss->syscall_hook_attached = true;
-    return {};
-  }
-  // First: a write passing its permission check from now on expects no exit report.
-  skeleton_->bss->syscall_hook_attached = false;
-  bpf_link__destroy(syscall_hook_);
-  syscall_hook_ = nullptr;
+  // Detaching: first, a write passing its permission check from now on expects no exit report.
+  if (!attached) skeleton_->bss->syscall_hook_attached = false;
+  if (!set_link(syscall_hook_, skeleton_->progs.gdw_sys_exit, attached))
+    return load_error("attaching the syscall hook (gdw_sys_exit, tp_btf/sys_exit)", -errno);
+  // Attached: only now, since a write passing its permission check before this has no exit to be seen.
+  if (attached) skeleton_->bss->syscall_hook_attached = true;
   return {};
 }
 
@@ -382,7 +417,9 @@ Result<std::unique_ptr<Probe>> Probe::load(const ProbeOptions& options) {
     return retried;
   }
   if (auto attached = probe->attach_always_on(); !attached) return attached.error();
-  probe->attach_attach_hook();
+  probe->prepare_attach_hook();
+  // What the node's policy is made of is not known yet: both hooks, until focus() says.
+  if (auto focused = probe->focus(DevicePolicyForm::kUnknown); !focused) return focused.error();
   if (options.syscall_hook) {
     if (auto hooked = probe->set_syscall_hook(true); !hooked) return hooked.error();
   }

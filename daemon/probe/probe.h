@@ -5,12 +5,13 @@
 // looks up a path a process passed to the kernel: tenant input must never block that loop.
 //
 // Two tiers, by what they cost the rest of the node:
-//  - always attached: the capability-check tracepoint (rule writes with writer and rule),
-//    the attach hook (attaches of device programs to watched cgroups, at the kernel's
-//    allocation of their effective program array: kmalloc, filtered on its call site
-//    first), and cgroup mkdir/rmdir. Unrelated syscalls never pass there, or return at
-//    the first comparison. Where the attach hook cannot be loaded, device program loads are
-//    reported instead (their CAP_BPF check).
+//  - always attached, as the node's device policy needs them (focus()): the capability
+//    hook (cap_capable: rule writes with writer and rule, cgroup v1), the attach hook
+//    (attaches of device programs to watched cgroups, at the kernel's allocation of their
+//    effective program array: kmalloc, filtered on its call site first, cgroup v2), and
+//    cgroup mkdir/rmdir. Unrelated syscalls return at the first comparisons, but pay for
+//    the tracepoint's dispatch where they pass one. Where the attach hook cannot be
+//    loaded, device program loads are reported instead (their CAP_BPF check).
 //  - the syscall hook (sys_exit), attached with set_syscall_hook(): denied opens, exact v2
 //    attach/detach/link events, and the results of rule writes. While it is attached
 //    every syscall on the machine takes the kernel's syscall-tracing slow path.
@@ -135,6 +136,14 @@ struct ProbeOptions {
   bool attach_hook = true;
 };
 
+// What a node's device policy is made of, which decides the always-on hooks worth their
+// cost (Probe::focus).
+enum class DevicePolicyForm {
+  kUnknown,    // not located yet: every hook
+  kRuleFiles,  // cgroup v1: devices.allow / devices.deny, written by runtimes and systemd
+  kPrograms,   // cgroup v2: BPF_CGROUP_DEVICE programs
+};
+
 class Probe {
  public:
   // Loads every program and attaches the always-on ones (and the syscall hook when
@@ -154,6 +163,15 @@ class Probe {
   // syscall hook is attached. `attach_hook_problem()` says why not.
   virtual bool attach_hook() const = 0;
   virtual const std::string& attach_hook_problem() const = 0;
+  // Attaches only the always-on hooks `form` needs, each of which runs on unrelated system
+  // calls: kRuleFiles, the capability hook (rule writes; every mmap of writable memory
+  // passes a CAP_SYS_ADMIN check); kPrograms, the attach hook (every kmalloc), or where
+  // the kernel refuses it the capability hook (program loads, reported then); kUnknown
+  // (as loaded), both. An attach hook refused says why in attach_hook_problem(); the
+  // error is the capability hook's.
+  virtual Status focus(DevicePolicyForm form) = 0;
+  // Whether the capability hook (tp_btf/cap_capable) is attached.
+  virtual bool capability_hook() const = 0;
 
   // An fd that becomes readable when events are waiting (the ring buffers' epoll fd).
   virtual int fd() const = 0;

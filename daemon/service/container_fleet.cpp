@@ -129,6 +129,7 @@ void ContainerFleet::set_reporting(kube::KubeReporting* kube) {
 
 void ContainerFleet::set_access(std::unique_ptr<DeviceAccess> access) {
   access_ = std::move(access);
+  probe_.set_policy_form(access_->policy_in_programs() ? DevicePolicyForm::kPrograms : DevicePolicyForm::kRuleFiles);
   // cgroup_mkdir reports hierarchies by id (cgroup2: 0; a v1 controller's from
   // <devices.proc_root>/cgroups). Without it, inotify alone finds new containers.
   tree_hierarchy_id_.reset();

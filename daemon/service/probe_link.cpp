@@ -45,6 +45,35 @@ void ProbeLink::apply_config() {
   metrics_.set_probe_loaded(probe_ != nullptr);
   metrics_.set_syscall_hook_attached(probe_ && probe_->syscall_hook_attached());
   metrics_.set_attach_hook_attached(probe_ && probe_->attach_hook());
+  metrics_.set_capability_hook_attached(probe_ && probe_->capability_hook());
+}
+
+void ProbeLink::set_policy_form(DevicePolicyForm form) {
+  if (form == policy_form_) return;
+  policy_form_ = form;
+  if (probe_) focus();
+}
+
+void ProbeLink::focus() {
+  if (auto s = probe_->focus(policy_form_); !s) log::error("probe: " + s.error().message);
+  metrics_.set_attach_hook_attached(probe_->attach_hook());
+  metrics_.set_capability_hook_attached(probe_->capability_hook());
+  if (policy_form_ == DevicePolicyForm::kUnknown) return;  // as loaded: both, said at load
+  const bool programs = policy_form_ == DevicePolicyForm::kPrograms;
+  std::string seen_by;
+  if (programs && probe_->attach_hook()) {
+    seen_by = "device program attaches to GPU containers are seen as the kernel installs them (attach hook); "
+              "capability hook off";
+  } else if (programs && !probe_->capability_hook()) {
+    seen_by = "device program changes seen only while the syscall hook is attached, else by the periodic query";
+  } else if (programs) {
+    seen_by = "a device program load makes every GPU container's programs be read again (capability hook; no "
+              "attach hook: " + probe_->attach_hook_problem() + ")";
+  } else {
+    seen_by = "rule writers named at the kernel's permission check (capability hook); attach hook off";
+    if (!probe_->capability_hook()) seen_by = "rule writers named only while the syscall hook is attached";
+  }
+  log::info(std::string("eBPF probe on a cgroup ") + (programs ? "v2" : "v1") + " node: " + seen_by);
 }
 
 void ProbeLink::unload() {
@@ -85,15 +114,14 @@ void ProbeLink::load() {
     log::info("eBPF probe loaded: naming rule writers at the kernel's permission check; syscall hook (denied "
               "opens) " + to_string(config_.probe.syscall_hook));
   }
-  if (probe_->attach_hook()) {
-    log::info("eBPF probe: device program attaches to GPU containers are seen as the kernel installs them");
-  } else if (!config_.probe.attach_hook) {
+  if (!config_.probe.attach_hook) {
     log::info("eBPF probe: attach hook off (probe.attach_hook: false); on cgroup v2 a device program load makes "
               "every GPU container's programs be read again");
-  } else {
+  } else if (!probe_->attach_hook()) {
     log::warn("eBPF probe: no attach hook (" + probe_->attach_hook_problem() +
               "); on cgroup v2 a device program load makes every GPU container's programs be read again");
   }
+  focus();
   maintain_syscall_hook(false);
 }
 

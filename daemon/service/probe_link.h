@@ -83,12 +83,17 @@ class ProbeLink {
   // Attaches or detaches the syscall hook per probe.syscall_hook; `drift`: some GPU
   // container is missing devices now. A linger is looked at again by the link itself.
   void maintain_syscall_hook(bool drift);
+  // What the node's device policy is made of, once located (and for a probe loaded later):
+  // only the always-on hooks that policy needs stay attached (Probe::focus).
+  void set_policy_form(DevicePolicyForm form);
 
  private:
   void load();
   void unload();
   // probe.syscall_hook and its linger, as configured now, for the hook's schedule.
   void take_hook_settings();
+  // Focuses the probe on policy_form_, says in the log what it sees by, sets the gauges.
+  void focus();
   Result<EventSource> start_counters_timer();
   void on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBatch& batch);
   void on_denied_open(const DeniedOpenEvent& ev);
@@ -105,6 +110,7 @@ class ProbeLink {
   Attribution& attribution_;
 
   std::unique_ptr<Probe> probe_;
+  DevicePolicyForm policy_form_ = DevicePolicyForm::kUnknown;
   std::string status_ = "off (probe.enabled: false)";
   std::optional<SyscallHookSchedule> hook_schedule_;
   EventSource hook_timer_;

@@ -30,6 +30,13 @@ class DaemonWithProbe : public DaemonWithTrainerTest {
 
 TEST_F(DaemonWithProbe, TheRepairNamesTheWriter) {
   start();
+  // A v1 node: rule writers are named at their permission check (the capability hook);
+  // no program of the probe runs on the node's kmallocs.
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_probe_capability_hook_attached"), 1) << daemon_->output();
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_probe_attach_hook_attached"), 0) << daemon_->output();
+  EXPECT_TRUE(daemon_->process().wait_for_output("eBPF probe on a cgroup v1 node: rule writers named at the kernel's "
+                                                 "permission check (capability hook); attach hook off"))
+      << daemon_->output();
   ASSERT_TRUE(SandboxNode::reapply_as_old_runc(*c_, "runc"));
   EXPECT_TRUE(daemon_->eventually_errno(*c_, "nvidia0", ENXIO)) << daemon_->output();
   EXPECT_TRUE(daemon_->process().wait_for_output("revoked by runc (pid")) << daemon_->output();

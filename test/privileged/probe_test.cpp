@@ -31,6 +31,7 @@
 
 #include "probe/probe.h"
 #include "support/cgroup_sandbox.h"
+#include "support/probe_event_log.h"
 #include "support/process.h"
 #include "support/temp_dir.h"
 
@@ -38,6 +39,7 @@ namespace gdw {
 namespace {
 
 using test::CgroupSandbox;
+using test::EventLog;
 using test::TempDir;
 
 constexpr std::uint32_t kGpuMajor = 195;  // nvidia's fixed char major; no driver behind it here
@@ -66,46 +68,6 @@ void make_char_node(const std::string& path, unsigned major_number, unsigned min
   ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0666, makedev(major_number, minor_number)), 0)
       << "mknod " << path << ": " << std::strerror(errno);
 }
-
-// Everything the probe delivered during a test, and waiting for what it should deliver.
-class EventLog {
- public:
-  explicit EventLog(Probe& probe) : probe_(probe) {}
-
-  // Consumes until an event of type E satisfies `match`, or the timeout passes.
-  template <class E>
-  std::optional<E> wait_for(const std::function<bool(const E&)>& match,
-                            std::chrono::milliseconds timeout = std::chrono::seconds(3)) {
-    std::size_t checked = 0;
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      for (; checked < events_.size(); ++checked) {
-        if (auto* e = std::get_if<E>(&events_[checked]); e && match(*e)) return *e;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-      pollfd pfd{probe_.fd(), POLLIN, 0};
-      ::poll(&pfd, 1, 20);
-      auto consumed = probe_.consume([this](const ProbeEvent& e) { events_.push_back(e); });
-      if (!consumed) {
-        ADD_FAILURE() << consumed.error().message;
-        return std::nullopt;
-      }
-    }
-  }
-
-  template <class E>
-  std::vector<E> all(const std::function<bool(const E&)>& match) const {
-    std::vector<E> out;
-    for (const auto& event : events_) {
-      if (auto* e = std::get_if<E>(&event); e && match(*e)) out.push_back(*e);
-    }
-    return out;
-  }
-
- private:
-  Probe& probe_;
-  std::vector<ProbeEvent> events_;
-};
 
 // The probe as the daemon loads it by default: the syscall hook detached.
 class ProbeTest : public ::testing::Test {

@@ -83,6 +83,12 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
   ASSERT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
   EXPECT_EQ(daemon.metric("gpu_devwatch_probe_syscall_hook_attached"), hook == "always" ? 1 : 0);
   EXPECT_EQ(daemon.metric("gpu_devwatch_probe_attach_hook_attached"), 1) << daemon.output();
+  // A v2 node has no rule files: nothing of the probe runs on the node's capability checks.
+  EXPECT_EQ(daemon.metric("gpu_devwatch_probe_capability_hook_attached"), 0) << daemon.output();
+  EXPECT_TRUE(daemon.process().wait_for_output("eBPF probe on a cgroup v2 node: device program attaches to GPU "
+                                               "containers are seen as the kernel installs them (attach hook); "
+                                               "capability hook off"))
+      << daemon.output();
 
   node_->reapply_spec(*c_);  // systemd's reload: a new ANDed program
   EXPECT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
@@ -157,6 +163,8 @@ TEST_F(V2Repair, WithTheAttachHookOffAProgramLoadLeadsToTheRepair) {
       << daemon.output();
   if (daemon.metric("gpu_devwatch_probe_loaded") != 1) GTEST_SKIP() << "probe not loadable:\n" << daemon.output();
   EXPECT_EQ(daemon.metric("gpu_devwatch_probe_attach_hook_attached"), 0);
+  // Program loads are seen at their CAP_BPF check: the capability hook stays.
+  EXPECT_EQ(daemon.metric("gpu_devwatch_probe_capability_hook_attached"), 1);
   EXPECT_NE(daemon.output().find("attach hook off (probe.attach_hook: false)"), std::string::npos) << daemon.output();
   ASSERT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
 
