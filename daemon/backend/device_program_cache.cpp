@@ -92,7 +92,10 @@ DeviceProgramCache::~DeviceProgramCache() {
 std::optional<AttachedDeviceProgram> DeviceProgramCache::describe(std::uint32_t id) {
   if (const AttachedDeviceProgram* known = programs_.find(id)) return *known;
   auto read = v2_kernel::read_program(id);
-  if (read) programs_.add(id, *read, max_programs_);
+  if (!read) return read;
+  AttachedDeviceProgram kept = *read;
+  kept.fd.reset();  // the caller's look holds it; the cache holds no program loaded
+  programs_.add(id, std::move(kept), max_programs_);
   return read;
 }
 

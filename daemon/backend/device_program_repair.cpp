@@ -28,19 +28,28 @@ struct Change {
 // (kernels before 5.6 lack it: attach, then detach); a cgroup in single-program mode (an
 // old runtime attached without BPF_F_ALLOW_MULTI) has its one program swapped by an attach
 // with the same flags. Either way there is no moment without the old program's verdicts.
+// `program`'s descriptor: the look's, else opened by id into `opened`; -1 when it is gone.
+int program_fd(const AttachedDeviceProgram& program, OwnedFd& opened) {
+  if (program.fd) return *program.fd;
+  opened = OwnedFd(bpf_prog_get_fd_by_id(program.id));
+  return opened.valid() ? opened.get() : -1;
+}
+
 Result<Change> swap_program(int cgroup_fd, const std::string& dir, std::uint32_t mode,
-                            const DeviceProgramCache::Wrapper& wrapper, std::uint32_t old_id) {
+                            const DeviceProgramCache::Wrapper& wrapper, const AttachedDeviceProgram& old_program) {
   const int fresh = wrapper.fd;
+  const std::uint32_t old_id = old_program.id;
   Change change;
-  OwnedFd old(bpf_prog_get_fd_by_id(old_id));
-  if (!old.valid()) return change;
+  OwnedFd opened;
+  const int old = program_fd(old_program, opened);
+  if (old < 0) return change;
   change.replaced = {old_id, wrapper.id, true};
   struct bpf_prog_attach_opts opts {};
   opts.sz = sizeof(opts);
   opts.flags = mode & (BPF_F_ALLOW_MULTI | BPF_F_ALLOW_OVERRIDE);
   if (mode & BPF_F_ALLOW_MULTI) {
     opts.flags |= BPF_F_REPLACE;
-    opts.replace_prog_fd = old.get();
+    opts.replace_prog_fd = old;
   }
   if (bpf_prog_attach_opts(fresh, cgroup_fd, BPF_CGROUP_DEVICE, &opts) == 0) {
     change.done = true;
@@ -57,17 +66,18 @@ Result<Change> swap_program(int cgroup_fd, const std::string& dir, std::uint32_t
   if (bpf_prog_attach_opts(fresh, cgroup_fd, BPF_CGROUP_DEVICE, &opts) != 0) return failed();
   change.done = true;
   change.replaced.atomic = false;
-  if (bpf_prog_detach2(old.get(), cgroup_fd, BPF_CGROUP_DEVICE) != 0 && errno != ENOENT)
+  if (bpf_prog_detach2(old, cgroup_fd, BPF_CGROUP_DEVICE) != 0 && errno != ENOENT)
     change.detach_error = "detaching it from " + dir + ": " + errno_text(errno);
   return change;
 }
 
-Result<bool> detach_program(int cgroup_fd, const std::string& dir, std::uint32_t id) {
-  OwnedFd prog(bpf_prog_get_fd_by_id(id));
-  if (!prog.valid()) return false;
-  if (bpf_prog_detach2(prog.get(), cgroup_fd, BPF_CGROUP_DEVICE) == 0) return true;
+Result<bool> detach_program(int cgroup_fd, const std::string& dir, const AttachedDeviceProgram& program) {
+  OwnedFd opened;
+  const int prog = program_fd(program, opened);
+  if (prog < 0) return false;
+  if (bpf_prog_detach2(prog, cgroup_fd, BPF_CGROUP_DEVICE) == 0) return true;
   if (errno == ENOENT) return false;
-  return Error{"detaching device program " + std::to_string(id) + " from " + dir + ": " + errno_text(errno)};
+  return Error{"detaching device program " + std::to_string(program.id) + " from " + dir + ": " + errno_text(errno)};
 }
 
 // One cgroup of the container (its own, or crun's sub-cgroup): adds to `repair`.
@@ -118,7 +128,7 @@ class CgroupRepair {
     for (const auto& r : plan.replace) {
       auto fresh = cache_.wrapper(r.added, r.old.inner, where_.dir, r.old.id, Clock::now());
       if (!fresh) return fresh.error();
-      auto change = swap_program(cgroup_fd, where_.dir, mode, *fresh, r.old.id);
+      auto change = swap_program(cgroup_fd, where_.dir, mode, *fresh, r.old);
       if (!change) return change.error();
       if (!change->done) {
         // Not where it was: detached meanwhile (the next round's query shows it gone), or
@@ -137,7 +147,7 @@ class CgroupRepair {
 
   Status detach_all(int cgroup_fd, const std::vector<AttachedDeviceProgram>& programs) {
     for (const auto& p : programs) {
-      auto detached = detach_program(cgroup_fd, where_.dir, p.id);
+      auto detached = detach_program(cgroup_fd, where_.dir, p);
       if (!detached) return detached.error();
       repair_.detached += *detached;
       if (*detached) cache_.forget_program(p.id);

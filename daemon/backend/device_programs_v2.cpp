@@ -211,6 +211,7 @@ std::optional<AttachedDeviceProgram> read_program(std::uint32_t id) {
   p.name = read->first.name;
   p.owner = owner_of(p.name);
   read_program_code(p, fd.get(), read->first, std::move(read->second));
+  p.fd = share_fd(fd.release());
   return p;
 }
 

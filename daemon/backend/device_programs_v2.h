@@ -51,6 +51,11 @@ struct AttachedDeviceProgram {
   std::string unwrappable;
   bool wrapper = false;               // a wrapper of ours
   std::vector<WantedDevice> added;    // a wrapper of ours: the devices it adds
+  // The program's descriptor when this look read it from the kernel (a program new to the
+  // cache): a repair puts the wrapper in its place through it, one lookup by id fewer on
+  // the reaction's path. Null for a description the cache had, which keeps none (it must
+  // not keep a program loaded that its runtime detached). Closed with the last copy.
+  std::shared_ptr<const int> fd;
 };
 
 // The name our programs carry (bpf_prog_info.name holds 15 characters).

@@ -3,10 +3,12 @@
 // that the next one runs no verifier. Real BPF_PROG_LOADs; no cgroup is touched.
 #include "backend/device_program_cache.h"
 
+#include <bpf/bpf.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <memory>
 #include <cstring>
 #include <vector>
@@ -98,6 +100,34 @@ TEST_F(DeviceProgramCacheTest, ASpareCopyIsLoadedAfterARepairSoTheNextOneRunsNoV
     loaded += cache.load_spares(t0);
   }
   EXPECT_LE(loaded, DeviceProgramCache::kMaxCopies) << "spares stop at kMaxCopies";
+}
+
+// A program read from the kernel comes with its descriptor (a repair swaps through it,
+// without a second lookup by id); the cache keeps none: a program its runtime detached and
+// closed is freed, not held loaded by the daemon.
+TEST_F(DeviceProgramCacheTest, ADescriptionCarriesItsProgramButTheCacheHoldsNoneLoaded) {
+  auto runtime = std::make_unique<ForeignProgram>("", std::vector<OciDeviceCgroupRule>{kDenyAll});
+  ASSERT_GE(runtime->fd, 0) << std::strerror(runtime->load_errno);
+  const std::uint32_t id = runtime->id;
+  auto read = cache.describe(id);
+  ASSERT_TRUE(read.has_value());
+  ASSERT_TRUE(read->fd) << "read from the kernel: with its descriptor";
+  bpf_prog_info info{};
+  std::uint32_t length = sizeof(info);
+  ASSERT_EQ(bpf_obj_get_info_by_fd(*read->fd, &info, &length), 0) << std::strerror(errno);
+  EXPECT_EQ(info.id, id);
+  auto known = cache.describe(id);
+  ASSERT_TRUE(known.has_value());
+  EXPECT_FALSE(known->fd) << "from the cache: none";
+  EXPECT_EQ(known->code.size(), read->code.size());
+
+  read.reset();
+  runtime.reset();  // the runtime closes its last descriptor
+  const int fd = bpf_prog_get_fd_by_id(id);
+  const int lookup_errno = errno;
+  if (fd >= 0) ::close(fd);
+  EXPECT_LT(fd, 0) << "program " << id << " is still loaded";
+  EXPECT_EQ(lookup_errno, ENOENT);
 }
 
 }  // namespace
