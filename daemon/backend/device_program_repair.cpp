@@ -24,10 +24,6 @@ struct Change {
   std::string detach_error;  // attach-then-detach only: ours is in, the old one stayed
 };
 
-// Puts `fresh` in the place of `old_id`. In BPF_F_ALLOW_MULTI mode through BPF_F_REPLACE
-// (kernels before 5.6 lack it: attach, then detach); a cgroup in single-program mode (an
-// old runtime attached without BPF_F_ALLOW_MULTI) has its one program swapped by an attach
-// with the same flags. Either way there is no moment without the old program's verdicts.
 // `program`'s descriptor: the look's, else opened by id into `opened`; -1 when it is gone.
 int program_fd(const AttachedDeviceProgram& program, OwnedFd& opened) {
   if (program.fd) return *program.fd;
@@ -35,6 +31,10 @@ int program_fd(const AttachedDeviceProgram& program, OwnedFd& opened) {
   return opened.valid() ? opened.get() : -1;
 }
 
+// Puts `fresh` in the place of `old_program`. In BPF_F_ALLOW_MULTI mode through BPF_F_REPLACE
+// (kernels before 5.6 lack it: attach, then detach); a cgroup in single-program mode (an
+// old runtime attached without BPF_F_ALLOW_MULTI) has its one program swapped by an attach
+// with the same flags. Either way there is no moment without the old program's verdicts.
 Result<Change> swap_program(int cgroup_fd, const std::string& dir, std::uint32_t mode,
                             const DeviceProgramCache::Wrapper& wrapper, const AttachedDeviceProgram& old_program) {
   const int fresh = wrapper.fd;

@@ -187,15 +187,21 @@ Status BpfProbe::set_capability_hook(bool attached) {
 
 // Each always-on hook costs unrelated system calls (the capability hook every mmap of
 // writable memory, the attach hook every kmalloc), so a node pays only for the one its
-// device policy needs. Attaches come before detaches: no moment sees neither.
+// device policy needs. Wanted hooks are attached before unwanted ones are detached: no
+// moment sees neither.
 Status BpfProbe::focus(DevicePolicyForm form) {
+  const bool attach_wanted = form != DevicePolicyForm::kRuleFiles && attach_hook_usable_;
   // A refusal is kept in attach_hook_problem(): the probe works on without it.
-  (void)set_attach_hook(form != DevicePolicyForm::kRuleFiles && attach_hook_usable_);
+  if (attach_wanted) (void)set_attach_hook(true);
   const bool attaches_seen = attach_hook_ != nullptr;
   // Without the attach hook, a program load (its CAP_BPF check) is what cgroup v2 shows.
+  const bool capability_wanted = (form != DevicePolicyForm::kPrograms || !attaches_seen) &&
+                                 bpf_program__autoload(skeleton_->progs.gdw_cap_check);
+  Status capability = capability_wanted ? set_capability_hook(true) : Status{};
   skeleton_->data->report_program_loads = form != DevicePolicyForm::kRuleFiles && !attaches_seen;
-  const bool capability_wanted = form != DevicePolicyForm::kPrograms || !attaches_seen;
-  return set_capability_hook(capability_wanted && bpf_program__autoload(skeleton_->progs.gdw_cap_check));
+  if (!attach_wanted) (void)set_attach_hook(false);
+  if (!capability_wanted) (void)set_capability_hook(false);
+  return capability;
 }
 
 Status BpfProbe::set_syscall_hook(bool attached) {

@@ -111,8 +111,8 @@ void ProbeLink::load() {
               "only while the syscall hook is attached (probe.syscall_hook: " +
               to_string(config_.probe.syscall_hook) + ")");
   } else {
-    log::info("eBPF probe loaded: naming rule writers at the kernel's permission check; syscall hook (denied "
-              "opens) " + to_string(config_.probe.syscall_hook));
+    // What it sees changes by is said once the node's cgroup version is known (focus()).
+    log::info("eBPF probe loaded; syscall hook (denied opens) " + to_string(config_.probe.syscall_hook));
   }
   if (!config_.probe.attach_hook) {
     log::info("eBPF probe: attach hook off (probe.attach_hook: false); on cgroup v2 a device program load makes "
