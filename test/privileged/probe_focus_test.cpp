@@ -22,6 +22,7 @@
 
 #include "probe/probe.h"
 #include "support/cgroup_sandbox.h"
+#include "support/foreign_device_program.h"
 #include "support/probe_event_log.h"
 #include "support/process.h"
 
@@ -61,13 +62,10 @@ void read_proc_stat(int times) {
   for (int i = 0; i < times; ++i) (void)test::read_file("/proc/self/stat");
 }
 
-// "r0 = 1; exit": a device program that allows everything.
-int load_allow_all_device_program() {
-  const bpf_insn insns[] = {
-      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1},
-      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
-  };
-  return bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, "gdw_focus_allow", "GPL", insns, 2, nullptr);
+// A device program that allows everything, as a runtime would load it.
+test::ForeignProgram allow_all_program() {
+  return test::ForeignProgram("gdw_focus_allow",
+                              {{true, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}}});
 }
 
 class ProbeFocusTest : public ::testing::Test {
@@ -111,18 +109,17 @@ class ProbeFocusTest : public ::testing::Test {
   // Loads and attaches a device program to the watched v2 cgroup; whether the probe
   // reports the attach as the kernel installs it.
   bool attach_is_reported() {
-    int prog = load_allow_all_device_program();
-    int dir = ::open(v2_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    EXPECT_GE(prog, 0) << std::strerror(errno);
-    EXPECT_EQ(bpf_prog_attach(prog, dir, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0) << std::strerror(errno);
+    const auto prog = allow_all_program();
+    EXPECT_GE(prog.fd, 0) << std::strerror(prog.load_errno);
+    EXPECT_EQ(prog.attach(v2_dir_), 0);
     auto seen = log_->wait_for<DeviceProgramEvent>(
         [&](const DeviceProgramEvent& e) {
           return e.caller.pid == ::getpid() && e.attaching && e.target_cgroup_id == v2_id_;
         },
         std::chrono::milliseconds(500));
-    (void)bpf_prog_detach2(prog, dir, BPF_CGROUP_DEVICE);
+    const int dir = ::open(v2_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    (void)bpf_prog_detach2(prog.fd, dir, BPF_CGROUP_DEVICE);
     ::close(dir);
-    ::close(prog);
     return seen.has_value();
   }
 
@@ -176,9 +173,7 @@ TEST_F(ProbeFocusTest, OnACgroupV1NodeNothingOfOursRunsOnKmallocs) {
   EXPECT_TRUE(*named) << "what a v1 node's attribution starts from";
   EXPECT_FALSE(attach_is_reported());
   // Loads are not reported either: nothing on a v1 node reads them.
-  int prog = load_allow_all_device_program();
-  ASSERT_GE(prog, 0);
-  ::close(prog);
+  ASSERT_GE(allow_all_program().fd, 0);
   EXPECT_FALSE(log_->wait_for<DeviceProgramLoadEvent>(
       [](const DeviceProgramLoadEvent& e) { return e.caller.pid == ::getpid(); }, std::chrono::milliseconds(300)));
 }
@@ -205,9 +200,7 @@ TEST_F(ProbeFocusWithoutAttachHookTest, OnACgroupV2NodeProgramLoadsAreSeenAtThei
   ASSERT_TRUE(probe_->focus(DevicePolicyForm::kPrograms));
   EXPECT_FALSE(probe_->attach_hook());
   EXPECT_TRUE(probe_->capability_hook());
-  int prog = load_allow_all_device_program();
-  ASSERT_GE(prog, 0);
-  ::close(prog);
+  ASSERT_GE(allow_all_program().fd, 0);
   EXPECT_TRUE(log_->wait_for<DeviceProgramLoadEvent>(
       [](const DeviceProgramLoadEvent& e) { return e.caller.pid == ::getpid(); }));
 }
