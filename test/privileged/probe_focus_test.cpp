@@ -24,6 +24,7 @@
 #include "support/cgroup_sandbox.h"
 #include "support/foreign_device_program.h"
 #include "support/probe_event_log.h"
+#include "support/probe_fixture.h"
 #include "support/process.h"
 
 namespace gdw {
@@ -31,6 +32,7 @@ namespace {
 
 using test::CgroupSandbox;
 using test::EventLog;
+using test::inode_of;
 
 // How often the kernel ran this process's probe program `name` (truncated as the kernel
 // keeps names, 15 characters) since statistics were first enabled: from its descriptor
@@ -88,12 +90,6 @@ class ProbeFocusTest : public ::testing::Test {
   }
   void TearDown() override {
     if (stats_fd_ >= 0) ::close(stats_fd_);
-  }
-
-  static std::uint64_t inode_of(const std::string& path) {
-    struct stat st {};
-    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
-    return st.st_ino;
   }
 
   // Runs of program `name` while `work` runs.

@@ -1,0 +1,332 @@
+// The eBPF probe on the real kernel, cgroup v2: device program loads, attaches, replaces,
+// links and detaches, as the syscall hook sees them and as the attach hook sees an attach to
+// a watched cgroup while the kernel installs it. Other test runs may share the kernel, so
+// every assertion only looks at events from this test's own processes and cgroups.
+#include <bpf/bpf.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <poll.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+
+#include "probe/probe.h"
+#include "support/cgroup_sandbox.h"
+#include "support/probe_event_log.h"
+#include "support/probe_fixture.h"
+#include "support/process.h"
+#include "support/temp_dir.h"
+
+namespace gdw {
+namespace {
+
+using test::CgroupSandbox;
+using test::EventLog;
+using test::inode_of;
+using test::kGpuMajor;
+using test::make_char_node;
+using test::own_comm;
+using test::own_v2_cgroup_dir;
+using test::ProbeAtSyscallExitTest;
+using test::ProbeTest;
+using test::ProbeWithHookTest;
+using test::TempDir;
+
+// ---- v2 device programs ---------------------------------------------------------------------
+
+// A BPF_PROG_TYPE_CGROUP_DEVICE program that allows everything ("r0 = 1; exit").
+int load_allow_all_device_program() {
+  const bpf_insn insns[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  return bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, "gdw_test_allow", "GPL", insns, 2, nullptr);
+}
+
+std::uint32_t prog_id(int prog_fd) {
+  bpf_prog_info info{};
+  std::uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0) ADD_FAILURE() << "bpf_obj_get_info_by_fd failed";
+  return info.id;
+}
+
+// Attach/detach events are the syscall hook's.
+class ProbeDeviceProgramTest : public ProbeTest {
+ protected:
+  ProbeOptions options() const override { return {.use_capability_tracepoint = true, .syscall_hook = true}; }
+
+  void SetUp() override {
+    ProbeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (!CgroupSandbox::available("unified")) GTEST_SKIP() << "no writable cgroup2 at /sys/fs/cgroup/unified";
+    sandbox_.emplace("unified", "probe-v2");
+    cgroup_dir_ = sandbox_->make("container");
+    cgroup_id_ = inode_of(cgroup_dir_);
+    cgroup_fd_ = ::open(cgroup_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(cgroup_fd_, 0);
+    first_prog_ = load_allow_all_device_program();
+    second_prog_ = load_allow_all_device_program();
+    ASSERT_GE(first_prog_, 0) << "loading a cgroup device program: " << std::strerror(errno);
+    ASSERT_GE(second_prog_, 0);
+  }
+  void TearDown() override {
+    for (int fd : {first_prog_, second_prog_, cgroup_fd_}) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+
+  std::optional<DeviceProgramEvent> wait_for_command(DeviceProgramEvent::Command command) {
+    return log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+      return e.caller.pid == ::getpid() && e.command == command && e.target_cgroup_id == cgroup_id_;
+    });
+  }
+
+  std::optional<CgroupSandbox> sandbox_;
+  std::string cgroup_dir_;
+  std::uint64_t cgroup_id_ = 0;
+  int cgroup_fd_ = -1, first_prog_ = -1, second_prog_ = -1;
+};
+
+TEST_F(ProbeDeviceProgramTest, ProgAttachAndDetach) {
+  ASSERT_EQ(bpf_prog_attach(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  ASSERT_EQ(bpf_prog_detach2(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+
+  auto attach = wait_for_command(DeviceProgramEvent::Command::kProgAttach);
+  ASSERT_TRUE(attach);
+  EXPECT_EQ(attach->prog_id, prog_id(first_prog_));
+  EXPECT_EQ(attach->flags, static_cast<std::uint32_t>(BPF_F_ALLOW_MULTI));
+  EXPECT_EQ(attach->replaced_prog_id, 0u);
+  EXPECT_EQ(attach->result, 0);
+  EXPECT_EQ(attach->caller.comm, own_comm());
+
+  auto detach = wait_for_command(DeviceProgramEvent::Command::kProgDetach);
+  ASSERT_TRUE(detach);
+  EXPECT_EQ(detach->prog_id, prog_id(first_prog_));
+  EXPECT_EQ(detach->result, 0);
+}
+
+TEST_F(ProbeDeviceProgramTest, ReplacingAttachNamesTheReplacedProgram) {
+  ASSERT_EQ(bpf_prog_attach(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  struct bpf_prog_attach_opts opts {};
+  opts.sz = sizeof(opts);
+  opts.flags = BPF_F_ALLOW_MULTI | BPF_F_REPLACE;
+  opts.replace_prog_fd = first_prog_;
+  ASSERT_EQ(bpf_prog_attach_opts(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, &opts), 0);
+  ASSERT_EQ(bpf_prog_detach2(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+
+  auto replace = log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.caller.pid == ::getpid() && e.target_cgroup_id == cgroup_id_ && e.prog_id == prog_id(second_prog_) &&
+           e.command == DeviceProgramEvent::Command::kProgAttach;
+  });
+  ASSERT_TRUE(replace);
+  EXPECT_EQ(replace->replaced_prog_id, prog_id(first_prog_));
+  EXPECT_EQ(replace->result, 0);
+}
+
+TEST_F(ProbeDeviceProgramTest, FailedDetachCarriesTheError) {
+  // Nothing is attached: the kernel answers ENOENT.
+  EXPECT_NE(bpf_prog_detach2(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+  auto detach = wait_for_command(DeviceProgramEvent::Command::kProgDetach);
+  ASSERT_TRUE(detach);
+  EXPECT_EQ(detach->result, -ENOENT);
+}
+
+TEST_F(ProbeDeviceProgramTest, LinkCreateUpdateDetach) {
+  int link = bpf_link_create(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, nullptr);
+  ASSERT_GE(link, 0) << std::strerror(errno);
+  ASSERT_EQ(bpf_link_update(link, second_prog_, nullptr), 0);
+  ASSERT_EQ(bpf_link_detach(link), 0);
+  ::close(link);
+
+  auto create = wait_for_command(DeviceProgramEvent::Command::kLinkCreate);
+  ASSERT_TRUE(create);
+  EXPECT_EQ(create->prog_id, prog_id(first_prog_));
+  EXPECT_EQ(create->result, link);  // LINK_CREATE returns the new link's fd
+
+  auto update = wait_for_command(DeviceProgramEvent::Command::kLinkUpdate);
+  ASSERT_TRUE(update);
+  EXPECT_EQ(update->prog_id, prog_id(second_prog_));
+  EXPECT_EQ(update->replaced_prog_id, prog_id(first_prog_));
+  EXPECT_EQ(update->result, 0);
+
+  auto detach = wait_for_command(DeviceProgramEvent::Command::kLinkDetach);
+  ASSERT_TRUE(detach);
+  EXPECT_EQ(detach->prog_id, prog_id(second_prog_));
+  EXPECT_EQ(detach->result, 0);
+}
+
+TEST_F(ProbeDeviceProgramTest, LinkMadeBeforeTheProbeStillNamesItsCgroupWhenUpdatedAndDetached) {
+  int link = bpf_link_create(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, nullptr);
+  ASSERT_GE(link, 0) << std::strerror(errno);
+  auto late = Probe::load(options());  // sees the link only through its listing at load
+  ASSERT_TRUE(late) << late.error().message;
+  ASSERT_EQ(bpf_link_update(link, second_prog_, nullptr), 0);
+  ASSERT_EQ(bpf_link_detach(link), 0);
+  ::close(link);
+
+  EventLog late_log(**late);
+  auto mine = [&](DeviceProgramEvent::Command command) {
+    return [this, command](const DeviceProgramEvent& e) {
+      return e.caller.pid == ::getpid() && e.command == command && e.target_cgroup_id == cgroup_id_;
+    };
+  };
+  auto update = late_log.wait_for<DeviceProgramEvent>(mine(DeviceProgramEvent::Command::kLinkUpdate));
+  ASSERT_TRUE(update);
+  EXPECT_EQ(update->replaced_prog_id, prog_id(first_prog_));
+  auto detach = late_log.wait_for<DeviceProgramEvent>(mine(DeviceProgramEvent::Command::kLinkDetach));
+  ASSERT_TRUE(detach) << "the detached link's cgroup was not remembered";
+  EXPECT_EQ(detach->prog_id, prog_id(second_prog_));
+}
+
+// Without the attach hook (a kernel that refuses it), device program loads are what the
+// probe reports.
+class ProbeWithoutAttachHookTest : public ProbeTest {
+ protected:
+  ProbeOptions options() const override { return {.attach_hook = false}; }
+};
+
+TEST_F(ProbeWithoutAttachHookTest, DeviceProgramLoadIsReportedWithoutTheHook) {
+  EXPECT_FALSE(probe_->attach_hook());
+  EXPECT_EQ(probe_->attach_hook_problem(), "turned off");
+  const bpf_insn accept[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  // A socket filter first: not a device program, not reported.
+  int filter = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "gdw_test_sock", "GPL", accept, 2, nullptr);
+  ASSERT_GE(filter, 0) << std::strerror(errno);
+  ::close(filter);
+  int device = load_allow_all_device_program();
+  ASSERT_GE(device, 0) << std::strerror(errno);
+
+  auto load = log_->wait_for<DeviceProgramLoadEvent>(
+      [&](const DeviceProgramLoadEvent& e) { return e.caller.pid == ::getpid(); });
+  ASSERT_TRUE(load);
+  EXPECT_EQ(load->caller.comm, own_comm());
+  EXPECT_GT(load->ktime_ns, 0u);
+  EXPECT_EQ(log_->all<DeviceProgramLoadEvent>([&](const DeviceProgramLoadEvent& e) {
+              return e.caller.pid == ::getpid();
+            }).size(),
+            1u)
+      << "the socket filter was reported too";
+  ::close(device);
+}
+
+// ---- the attach hook (cgroup v2) -------------------------------------------------------------
+
+// The default probe: attaches of device programs to watched program cgroups are reported
+// while the kernel installs them (tp_btf/kmalloc at the effective array's allocation),
+// without the syscall hook; loads are not reported then.
+class ProbeAttachHookTest : public ProbeDeviceProgramTest {
+ protected:
+  ProbeOptions options() const override { return {}; }
+
+  void SetUp() override {
+    ProbeDeviceProgramTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    ASSERT_TRUE(probe_->attach_hook()) << "no attach hook on this kernel: " << probe_->attach_hook_problem();
+    ASSERT_FALSE(probe_->syscall_hook_attached());
+    ASSERT_TRUE(probe_->watch_program_cgroup(cgroup_id_));
+  }
+
+  std::vector<DeviceProgramEvent> attaching(std::uint64_t cgroup) {
+    return log_->all<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+      return e.caller.pid == ::getpid() && e.attaching && e.target_cgroup_id == cgroup;
+    });
+  }
+};
+
+TEST_F(ProbeAttachHookTest, AnAttachToAWatchedCgroupIsReportedAsTheKernelInstallsIt) {
+  ASSERT_EQ(bpf_prog_attach(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  auto attach = log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.caller.pid == ::getpid() && e.attaching && e.target_cgroup_id == cgroup_id_;
+  });
+  ASSERT_TRUE(attach) << "no attach record without the syscall hook";
+  EXPECT_EQ(attach->command, DeviceProgramEvent::Command::kProgAttach);
+  EXPECT_EQ(attach->prog_id, prog_id(first_prog_));
+  EXPECT_EQ(attach->flags, static_cast<std::uint32_t>(BPF_F_ALLOW_MULTI));
+  EXPECT_EQ(attach->caller.comm, own_comm());
+
+  // A replacing attach names the program it replaces.
+  struct bpf_prog_attach_opts opts {};
+  opts.sz = sizeof(opts);
+  opts.flags = BPF_F_ALLOW_MULTI | BPF_F_REPLACE;
+  opts.replace_prog_fd = first_prog_;
+  ASSERT_EQ(bpf_prog_attach_opts(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, &opts), 0);
+  auto replace = log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.attaching && e.target_cgroup_id == cgroup_id_ && e.prog_id == prog_id(second_prog_);
+  });
+  ASSERT_TRUE(replace);
+  EXPECT_EQ(replace->replaced_prog_id, prog_id(first_prog_));
+
+  // A detach cannot revoke: not reported (the cgroup keeps one program, so the kernel
+  // computes a new effective array for it all the same).
+  ASSERT_EQ(bpf_prog_attach(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  ASSERT_TRUE(log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.attaching && e.target_cgroup_id == cgroup_id_ && e.prog_id == prog_id(first_prog_) &&
+           e.replaced_prog_id == 0 && e.ktime_ns > replace->ktime_ns;
+  }));
+  const auto before = attaching(cgroup_id_).size();
+  ASSERT_EQ(bpf_prog_detach2(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+  ASSERT_EQ(bpf_prog_detach2(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+  (void)log_->wait_for<DeviceProgramEvent>([](const DeviceProgramEvent&) { return false; },
+                                          std::chrono::milliseconds(200));  // whatever came
+  EXPECT_EQ(attaching(cgroup_id_).size(), before);
+}
+
+TEST_F(ProbeAttachHookTest, AnAttachElsewhereAndALoadAreNotReported) {
+  const std::string other = sandbox_->make("other");
+  const std::uint64_t other_id = inode_of(other);
+  int other_fd = ::open(other.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(other_fd, 0);
+  ASSERT_EQ(bpf_prog_attach(first_prog_, other_fd, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  int loaded = load_allow_all_device_program();
+  ASSERT_GE(loaded, 0);
+  // A fence: an attach to the watched cgroup after both.
+  ASSERT_EQ(bpf_prog_attach(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI), 0);
+  ASSERT_TRUE(log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.attaching && e.target_cgroup_id == cgroup_id_ && e.prog_id == prog_id(second_prog_);
+  }));
+  EXPECT_TRUE(attaching(other_id).empty()) << "an unwatched cgroup's attach woke the daemon";
+  EXPECT_TRUE(log_->all<DeviceProgramLoadEvent>([&](const DeviceProgramLoadEvent& e) {
+                return e.caller.pid == ::getpid();
+              }).empty())
+      << "loads are not reported while the attaches are";
+  ASSERT_EQ(bpf_prog_detach2(first_prog_, other_fd, BPF_CGROUP_DEVICE), 0);
+  ASSERT_EQ(bpf_prog_detach2(second_prog_, cgroup_fd_, BPF_CGROUP_DEVICE), 0);
+  ::close(loaded);
+  ::close(other_fd);
+}
+
+TEST_F(ProbeAttachHookTest, ALinkToAWatchedCgroupIsReportedToo) {
+  int link = bpf_link_create(first_prog_, cgroup_fd_, BPF_CGROUP_DEVICE, nullptr);
+  ASSERT_GE(link, 0) << std::strerror(errno);
+  auto created = log_->wait_for<DeviceProgramEvent>([&](const DeviceProgramEvent& e) {
+    return e.attaching && e.target_cgroup_id == cgroup_id_ && e.command == DeviceProgramEvent::Command::kLinkCreate;
+  });
+  ASSERT_TRUE(created);
+  EXPECT_EQ(created->prog_id, prog_id(first_prog_));
+  ::close(link);
+}
+
+}  // namespace
+}  // namespace gdw
