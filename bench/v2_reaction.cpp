@@ -24,6 +24,8 @@
 //                  detached) and systemd-style (ANDed on), alternating; v1 old runc (`a` to
 //                  devices.deny, then the spec's allows). The daemon's CPU over that phase
 //                  (its CPU-time clock), per re-apply: what a re-apply costs it in all.
+// Then, with no daemon, the machine's floor under any reaction (bench/wake_floor.h): --samples
+// wake-ups of an idle process by a busy one, --gap-ms apart.
 // Before each session every GPU container is put back to the runtime's policy, so every
 // build starts from the same state. The spinner busy-loops on one CPU (unless
 // --open-interval-us): on a 2-CPU machine the daemon has the other.
@@ -58,6 +60,7 @@
 #include "storm_observe.h"
 #include "storm_repairers.h"
 #include "unrelated_loads.h"
+#include "wake_floor.h"
 
 using namespace gdw::test;
 using namespace gdw::bench;
@@ -355,6 +358,24 @@ void print_compared(const BuildFigures& d, const BuildFigures& x, const Options&
   }
 }
 
+// The floor (no daemon) beside each style's reaction and window: a percentile below the
+// floor's is beyond any repairer that reacts in user space on this machine.
+void print_floor(const std::vector<double>& floor_us, const BuildFigures& b, const Options& o) {
+  std::printf("\nfloor: an idle process woken through epoll_wait by a busy one (eventfd), %zu samples %d ms apart, "
+              "no daemon; beside it the reactions and windows above\n", floor_us.size(), o.gap_ms);
+  std::printf("%-24s %12s %16s %16s %16s %16s %16s %16s\n", "percentile", "wake-up", "v2 runc react", "v2 runc window",
+              "v2 sd react", "v2 sd window", "v1 react", "v1 window");
+  const StyleFigures* cols[] = {&b.v2.style(ReapplyStyle::kRuncV2), &b.v2.style(ReapplyStyle::kSystemdV2),
+                                &b.v1.style(ReapplyStyle::kOldRuncV1)};
+  for (auto [what, q] : {std::pair{"p50", .5}, {"p90", .9}, {"p99", .99}, {"max", 1.0}}) {
+    std::printf("%-24s %12.1f", what, pct(floor_us, q));
+    for (const StyleFigures* s : cols)
+      for (double v : {pct(s->reaction_us, q), pct(s->window_us, q)})
+        v < 0 ? std::printf(" %16s", "-") : std::printf(" %16.1f", v);
+    std::printf(" µs\n");
+  }
+}
+
 // ---- flags ------------------------------------------------------------------------------
 
 std::optional<Options> parse_options(int argc, char** argv) {
@@ -428,9 +449,13 @@ int main(int argc, char** argv) {
               "style %d ms apart (spinner: %d µs between EPERM opens); %d round(s)\n",
               o.load_seconds, o.load_seconds, o.load_hz, o.samples, o.gap_ms, o.open_interval_us, o.rounds);
   BuildFigures measured, compared;
+  std::vector<double> floor_us;
   try {
     if (o.v2) run_version(true, o, measured, compared);
     if (o.v1) run_version(false, o, measured, compared);
+    std::printf("floor: %d wake-ups, no daemon\n", o.samples);
+    std::fflush(stdout);
+    floor_us = measure_wake_floor(o.samples, std::chrono::milliseconds(o.gap_ms), pause_for);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "v2_reaction: %s\n", e.what());
     return 1;
@@ -441,5 +466,6 @@ int main(int argc, char** argv) {
     print_build(("compared build: " + o.compare_daemon).c_str(), compared, o);
     print_compared(measured, compared, o);
   }
+  print_floor(floor_us, measured, o);
   return 0;
 }
