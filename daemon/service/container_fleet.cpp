@@ -91,7 +91,7 @@ Status ContainerFleet::start_timers() {
   }, "program-query", duration_cast<microseconds>(config_.daemon.program_query_interval));
   if (!query) return query.error();
   program_query_timer_ = std::move(*query);
-  auto gauges = loop_.add_timer([this] { update_gauges(); }, "gauges");
+  auto gauges = loop_.add_timer([this] { count_moved_gauges(); }, "gauges");
   if (!gauges) return gauges.error();
   gauge_timer_ = std::move(*gauges);
   // Below every trigger: it waits while repairs are due.
@@ -166,7 +166,11 @@ void ContainerFleet::on_container_events() {
   dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
   // A storm's revoke-and-repair leaves every count as it was: no O(N) gauge walk for it.
   const bool moved = check_ids(trigger, events.rule_writes);
-  if (check_dirs(trigger, dirs) || moved || !events.only_rule_writes()) gauges_changed();
+  const bool dirs_moved = check_dirs(trigger, dirs);
+  if (!events.only_rule_writes())
+    gauges_changed();  // containers came, went or were read again
+  else if (moved || dirs_moved)
+    gauges_moved();
 }
 
 void ContainerFleet::on_probe_records() { act(probe_.drain(access_ && access_->policy_in_programs())); }
@@ -181,7 +185,7 @@ void ContainerFleet::act(ProbeBatch batch) {
     if (WatchedContainer* w = containers_.by_cgroup_id(change.cgroup_id))
       moved |= check(*w, Clock::now(), &change.cause);
   }
-  if (moved) gauges_changed();
+  if (moved) gauges_moved();
   for (const auto& created : batch.created) {
     // A faster trigger than inotify for new containers (which stays the fallback).
     if (access_ && tree_hierarchy_id_ == created.hierarchy_id)
@@ -345,7 +349,9 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   }
   // While `w` misses devices someone else's grant ends the drift: watched only then.
   watches_.watch_restoring_files(w, access_->restoring_rule_files());
-  return target_moved || w.repair_gauge_inputs() != before;
+  if (!target_moved && w.repair_gauge_inputs() == before) return false;
+  gauge_shares_moved_.insert(w.cgroup.cgroup_dir);
+  return true;
 }
 
 void ContainerFleet::schedule_retry(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger) {
@@ -429,11 +435,31 @@ void ContainerFleet::bundle_appeared(const std::string& container_id) {
 }
 
 void ContainerFleet::gauges_changed() {
+  gauge_tally_whole_ = false;
+  gauges_moved();
+}
+
+void ContainerFleet::gauges_moved() {
   if (!gauge_timer_.armed()) arm_timer(gauge_timer_, kGaugeDelay, "gauges", daemon_metrics_);
 }
 
 void ContainerFleet::update_gauges() {
-  GaugeCounts counts = count_gauges(containers_, node_.merged(), node_.allocations());
+  gauge_tally_.rebuild(containers_, node_.allocations());
+  gauge_tally_whole_ = true;
+  gauge_shares_moved_.clear();
+  report_gauges(gauge_tally_.counts(node_.merged()));
+}
+
+// Only the shares the checks since the last count moved: a re-apply that changes one
+// container's program count costs one share, whatever the number of containers.
+void ContainerFleet::count_moved_gauges() {
+  if (!gauge_tally_whole_) return update_gauges();
+  for (const auto& dir : gauge_shares_moved_) gauge_tally_.update(dir, containers_.find(dir), node_.allocations());
+  gauge_shares_moved_.clear();
+  report_gauges(gauge_tally_.counts(node_.merged()));
+}
+
+void ContainerFleet::report_gauges(GaugeCounts counts) {
   gauges_.report(counts, node_, access_ && access_->policy_in_programs());
   probe_.maintain_syscall_hook(counts.missing > 0);
   if (kube_) kube_->container_problems(std::move(counts.problems));

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/device_access.h"
@@ -28,6 +29,7 @@
 #include "service/container_table.h"
 #include "service/container_watches.h"
 #include "service/fleet_gauges.h"
+#include "service/gauges.h"
 #include "service/node_health_monitor.h"
 #include "service/probe_link.h"
 #include "service/repair_loop.h"
@@ -98,8 +100,13 @@ class ContainerFleet final : public ContainerLister {
   void dir_created(const std::string& path);
   void tree_dir_removed(const std::string& path);
   void sweep_programs();
-  // The gauges are counted once, shortly after a burst that changed what they count.
+  // The gauges are counted once, shortly after a burst that changed what they count:
+  // gauges_changed() after anything that may have changed many containers' shares (all are
+  // read again then), gauges_moved() after checks, which name the containers they moved.
   void gauges_changed();
+  void gauges_moved();
+  void count_moved_gauges();
+  void report_gauges(GaugeCounts counts);
 
   const Config& config_;
   const RepairSettings settings_;  // the repair loop refers to it
@@ -114,6 +121,9 @@ class ContainerFleet final : public ContainerLister {
   RepairLoop repair_;
   SystemdPersistence persistence_;
   FleetGauges gauges_;
+  GaugeTally gauge_tally_;
+  bool gauge_tally_whole_ = false;  // false: every share is read again at the next count
+  std::unordered_set<std::string> gauge_shares_moved_;  // containers whose share a check moved
   // Kubernetes Events, node conditions and the readiness gate, when on (the daemon's):
   // repairs are reported there, and after each gauge count which containers miss devices.
   kube::KubeReporting* kube_ = nullptr;

@@ -3,13 +3,19 @@
 // holding devices; identity problems; device programs by owner; CDI names no spec defines;
 // which containers do not hold their devices now.
 // Counting is pure (tested in memory); the daemon sets the metrics and logs what is new,
-// once a burst of events is over (ContainerFleet::update_gauges).
+// once a burst of events is over (ContainerFleet::update_gauges). Each container adds its
+// share (gauge_share); GaugeTally keeps the sum, so that a check that moves one container's
+// share costs that share, not a walk of the table: the daemon's cost per event does not
+// grow with the number of containers.
 #pragma once
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "core/allocation_merge.h"
 #include "kube/conditions.h"
@@ -30,6 +36,37 @@ struct GaugeCounts {
   // The containers missing devices or unidentified, for the node conditions and the
   // readiness gate (kube/conditions.h).
   std::vector<kube::ContainerProblem> problems;
+};
+
+// What one container adds to the counts.
+struct GaugeShare {
+  bool gpu = false, missing = false, throttled = false, unidentified = false, identity_conflict = false;
+  std::size_t unresolved_cdi = 0;
+  std::map<ProgramOwner, std::size_t> programs;   // a GPU container's
+  std::string identity_problem;                   // with identity_conflict
+  std::optional<kube::ContainerProblem> problem;  // missing devices, or unidentified
+};
+
+GaugeShare gauge_share(const std::string& dir, const WatchedContainer& w, const AllocationIndex& allocations);
+
+// The counts, kept as the sum of every container's share.
+class GaugeTally {
+ public:
+  // Every share read again: after anything node-wide (allocations, containers come and go).
+  void rebuild(const ContainerTable& table, const AllocationIndex& allocations);
+  // The share of the container at `dir` read again; `w` null: it is gone.
+  void update(const std::string& dir, const WatchedContainer* w, const AllocationIndex& allocations);
+  // The counts, with the node's ambiguous identities among the problems.
+  GaugeCounts counts(const MergedAllocations& merged) const;
+
+ private:
+  void add(const std::string& dir, const GaugeShare& share);
+  void subtract(const std::string& dir, const GaugeShare& share);
+
+  std::unordered_map<std::string, GaugeShare> shares_;
+  GaugeCounts sum_;  // without identity_problems and problems, kept below
+  std::map<std::string, std::size_t> identity_problems_;       // text -> containers with it
+  std::map<std::string, kube::ContainerProblem> problems_;     // by cgroup directory
 };
 
 GaugeCounts count_gauges(const ContainerTable& table, const MergedAllocations& merged,

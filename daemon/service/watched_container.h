@@ -79,9 +79,9 @@ struct WatchedContainer {
   EventSource log_summary_timer;      // the count of repairs not logged
 
   bool is_gpu() const { return target.kind == TargetKind::kGpu; }
-  // What count_gauges() reads of this container (service/gauges.h): a check that leaves it
-  // as it was (a storm's revoke-and-repair, a v2 re-apply repaired) needs no new count of
-  // the table. In two parts: what a repair changes, taken before each one, and what
+  // What this container's gauge share is made of (service/gauges.h): a check that leaves
+  // it as it was (a storm's revoke-and-repair, a v2 re-apply repaired) needs no new count;
+  // one that moves it has only this container's share read again (GaugeTally). In two parts: what a repair changes, taken before each one, and what
   // resolving the container changes, taken only around the resolve that follows a grant
   // (no string copies before the grant).
   struct GaugeInputs {

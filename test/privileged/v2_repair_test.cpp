@@ -109,7 +109,9 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
       << daemon.output();
   // The startup repair had no cause to name: its line does not borrow the later one's.
   EXPECT_EQ(daemon.output().find("tools,nvidia0"), std::string::npos) << daemon.output();
-  // systemd's program was wrapped by ours; the runtime's, which allows the GPU, stays.
+  // systemd's program was wrapped by ours; the runtime's, which allows the GPU, stays. The
+  // gauges come from the repaired container's share, read again alone after the probe's
+  // repair (GaugeTally), not from a count of the whole table.
   EXPECT_GE(daemon.metric("gpu_devwatch_device_programs_replaced_total"), 1);
   EXPECT_TRUE(eventually([&] {
     return daemon.metric("gpu_devwatch_device_programs", {{"owner", "ours"}}) == 1 &&

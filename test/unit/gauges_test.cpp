@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -125,9 +126,9 @@ std::string shown(const GaugeCounts& g) {
   return out.str();
 }
 
-// The daemon recounts the whole table after a check only when the checked container's
-// gauge inputs moved (ContainerFleet::check): each thing a check can change that the count
-// shows must move them, and a revoke-and-repair, which the count does not show, must not.
+// The daemon reads a checked container's gauge share again only when its gauge inputs
+// moved (ContainerFleet::check): each thing a check can change that the count shows must
+// move them, and a revoke-and-repair, which the count does not show, must not.
 TEST_F(GaugesTest, WhatACheckChangesThatTheCountShowsMovesTheGaugeInputs) {
   const std::pair<const char*, std::function<void(WatchedContainer&)>> changes[] = {
       {"no longer a GPU container", [](WatchedContainer& w) { w.target.kind = TargetKind::kNotGpu; }},
@@ -164,6 +165,86 @@ TEST_F(GaugesTest, WhatACheckChangesThatTheCountShowsMovesTheGaugeInputs) {
   w.repair.missing.insert(DeviceNumber{DeviceType::kChar, 195, 0});  // revoked ...
   w.repair.missing.clear();                                           // ... and granted back
   EXPECT_EQ(w.gauge_inputs(), inputs);
+}
+
+// The daemon keeps the counts container by container (GaugeTally): after a check it reads
+// again only the shares of the containers the check moved, so a re-apply costs the same on
+// a node of 10 containers as on one of 500. Whatever the containers go through, one at a
+// time, the kept counts are the counts of the whole table.
+TEST_F(GaugesTest, KeptContainerByContainerTheCountsAreThoseOfTheWholeTable) {
+  AllocationEntry e;
+  e.pod_uid = "p1";
+  e.container_name = "main";
+  e.resource = "nvidia.com/gpu";
+  e.device_ids = {"GPU-1"};
+  DesiredPolicy policy;
+  policy.resource_globs = {"nvidia.com/gpu"};
+  allocations_ = AllocationIndex({e}, policy);
+  MergedAllocations::Ambiguity a;
+  a.name = PodName{"ml", "trainer"};
+  a.uids = {"u1", "u2"};
+  merged_.ambiguous.push_back(a);
+
+  GaugeTally tally;
+  tally.rebuild(table_, allocations_);
+  std::mt19937 rng(7);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  const TargetKind kinds[] = {TargetKind::kGpu, TargetKind::kNotGpu, TargetKind::kUnidentified};
+  const ProgramOwner owners[] = {ProgramOwner::kOurs, ProgramOwner::kSystemd, ProgramOwner::kRuntime};
+  const char* texts[] = {"bundle says pod u7", "bundle says pod u8"};  // shared between containers
+  for (int step = 0; step < 3000; ++step) {
+    const std::string name = "c" + std::to_string(pick(12));
+    const std::string pod = "p" + std::to_string(pick(3));  // p1 holds devices
+    const std::string dir = "/kubepods/pod" + pod + "/" + name;
+    WatchedContainer* w = table_.find(dir);
+    if (!w || pick(10) == 0) {
+      if (w && pick(2) == 0) {
+        table_.erase(dir);
+        w = nullptr;
+      } else {
+        w = &add(name, pod, kinds[pick(3)]);
+      }
+    }
+    if (w) {
+      switch (pick(8)) {
+        case 0: w->target.kind = kinds[pick(3)]; break;
+        case 1:
+          if (w->repair.missing.empty()) w->repair.missing.insert(DeviceNumber{DeviceType::kChar, 195, 0});
+          else w->repair.missing.clear();
+          break;
+        case 2: w->repair.throttled = !w->repair.throttled; break;
+        case 3: w->programs[owners[pick(3)]] = static_cast<std::size_t>(pick(3)); break;
+        case 4:
+          w->target.identity_conflict = !w->target.identity_conflict;
+          w->target.problem = texts[pick(2)];
+          break;
+        case 5: w->target.desired.unresolved_cdi.assign(static_cast<std::size_t>(pick(3)), "nvidia.com/gpu=9"); break;
+        case 6: w->labels = {"ml", "trainer-" + std::to_string(pick(2)), "main"}; break;
+        default: break;  // a check that moved nothing
+      }
+    }
+    tally.update(dir, w, allocations_);
+    ASSERT_EQ(shown(tally.counts(merged_)), shown(count())) << "step " << step << ", " << dir;
+  }
+  EXPECT_GT(table_.size(), 0u);
+}
+
+// A container read again that is not in the table any more leaves the counts; one the
+// tally never saw is added.
+TEST_F(GaugesTest, ATallyUpdateAddsANewContainerAndDropsAGoneOne) {
+  GaugeTally tally;
+  tally.rebuild(table_, allocations_);
+  WatchedContainer& w = add("a", "p1", TargetKind::kGpu);
+  w.repair.missing.insert(DeviceNumber{DeviceType::kChar, 195, 0});
+  tally.update(w.cgroup.cgroup_dir, &w, allocations_);
+  EXPECT_EQ(tally.counts(merged_).watched, 1u);
+  EXPECT_EQ(tally.counts(merged_).missing, 1u);
+  ASSERT_EQ(tally.counts(merged_).problems.size(), 1u);
+  table_.erase("/kubepods/podp1/a");
+  tally.update("/kubepods/podp1/a", nullptr, allocations_);
+  EXPECT_EQ(shown(tally.counts(merged_)), shown(count()));
+  EXPECT_EQ(tally.counts(merged_).watched, 0u);
+  EXPECT_TRUE(tally.counts(merged_).problems.empty());
 }
 
 }  // namespace
