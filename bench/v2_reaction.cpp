@@ -24,8 +24,8 @@
 //                  detached) and systemd-style (ANDed on), alternating; v1 old runc (`a` to
 //                  devices.deny, then the spec's allows). The daemon's CPU over that phase
 //                  (its CPU-time clock), per re-apply: what a re-apply costs it in all.
-// Then, with no daemon, the machine's floor under any reaction (bench/wake_floor.h): --samples
-// wake-ups of an idle process by a busy one, --gap-ms apart.
+// Halfway between each two re-applies, the machine's floor under any reaction
+// (bench/wake_floor.h): one wake-up of an idle process by a busy one, the daemon idle.
 // Before each session every GPU container is put back to the runtime's policy, so every
 // build starts from the same state. The spinner busy-loops on one CPU (unless
 // --open-interval-us): on a 2-CPU machine the daemon has the other.
@@ -54,6 +54,7 @@
 #include "bench_report.h"
 #include "bench_signals.h"
 #include "bench_stats.h"
+#include "core/config.h"
 #include "core/device_rule.h"
 #include "reappliers.h"
 #include "spinner.h"
@@ -115,6 +116,9 @@ struct VersionFigures {
   // The probe's records of the re-applies, kernel timestamp -> read by the daemon
   // (gpu_devwatch_probe_record_delay_seconds): the wake-up part of a reaction.
   double record_delay_s = 0, records = 0;
+  // The wake-ups taken between the re-applies: with the daemon's scheduler slice, and with
+  // the kernel's default.
+  std::vector<double> floor_us, floor_default_us;
   bool measured = false;
   StyleFigures& style(ReapplyStyle s) { return styles[static_cast<int>(s)]; }
   const StyleFigures& style(ReapplyStyle s) const { return styles[static_cast<int>(s)]; }
@@ -212,6 +216,7 @@ void measure_cpu(Repairer& daemon, const Options& o, VersionFigures& f) {
 }
 
 void measure_reactions(BenchNode& node, const Options& o, int round, VersionFigures& f) {
+  WakeFloor floor(gdw::Config{}.daemon.event_loop_slice_us), floor_default(0);
   const std::vector<ReapplyStyle> styles =
       node.v2() ? std::vector<ReapplyStyle>{ReapplyStyle::kRuncV2, ReapplyStyle::kSystemdV2}
                 : std::vector<ReapplyStyle>{ReapplyStyle::kOldRuncV1};
@@ -225,7 +230,11 @@ void measure_reactions(BenchNode& node, const Options& o, int round, VersionFigu
     const SpinSample s = spin_once(t.spin, style, spin);
     if (style == ReapplyStyle::kSystemdV2 && s.program_id != 0) t.spin.systemd_previous = s.program_id;
     f.style(style).add(s);
-    pause_for(std::chrono::milliseconds(o.gap_ms));
+    pause_for(std::chrono::milliseconds(o.gap_ms / 3));
+    f.floor_us.push_back(floor.sample_us());
+    pause_for(std::chrono::milliseconds(o.gap_ms / 3));
+    f.floor_default_us.push_back(floor_default.sample_us());
+    pause_for(std::chrono::milliseconds(o.gap_ms - 2 * (o.gap_ms / 3)));
   }
 }
 
@@ -358,21 +367,32 @@ void print_compared(const BuildFigures& d, const BuildFigures& x, const Options&
   }
 }
 
-// The floor (no daemon) beside each style's reaction and window: a percentile below the
-// floor's is beyond any repairer that reacts in user space on this machine.
-void print_floor(const std::vector<double>& floor_us, const BuildFigures& b, const Options& o) {
-  std::printf("\nfloor: an idle process woken through epoll_wait by a busy one (eventfd), %zu samples %d ms apart, "
-              "no daemon; beside it the reactions and windows above\n", floor_us.size(), o.gap_ms);
-  std::printf("%-24s %12s %16s %16s %16s %16s %16s %16s\n", "percentile", "wake-up", "v2 runc react", "v2 runc window",
-              "v2 sd react", "v2 sd window", "v1 react", "v1 window");
-  const StyleFigures* cols[] = {&b.v2.style(ReapplyStyle::kRuncV2), &b.v2.style(ReapplyStyle::kSystemdV2),
-                                &b.v1.style(ReapplyStyle::kOldRuncV1)};
-  for (auto [what, q] : {std::pair{"p50", .5}, {"p90", .9}, {"p99", .99}, {"max", 1.0}}) {
-    std::printf("%-24s %12.1f", what, pct(floor_us, q));
-    for (const StyleFigures* s : cols)
-      for (double v : {pct(s->reaction_us, q), pct(s->window_us, q)})
-        v < 0 ? std::printf(" %16s", "-") : std::printf(" %16.1f", v);
-    std::printf(" µs\n");
+// The floor beside each style's reaction and window: a percentile below the floor's is
+// beyond any repairer that reacts in user space on this machine.
+void print_floor(const BuildFigures& b, const Options& o) {
+  std::printf("\nfloor: an idle process woken through epoll_wait by a busy one (eventfd), twice between each two "
+              "re-applies (%d ms apart), the daemon idle; with the daemon's default scheduler slice (%u µs) and with "
+              "the kernel's; beside it the reactions and windows above\n",
+              o.gap_ms, gdw::Config{}.daemon.event_loop_slice_us);
+  auto cell = [](double v) { v < 0 ? std::printf(" %13s", "-") : std::printf(" %13.1f", v); };
+  for (const VersionFigures* v : {&b.v2, &b.v1}) {
+    if (!v->measured) continue;
+    const bool v2 = v == &b.v2;
+    std::printf("%-6s %13s %13s", v2 ? "v2" : "v1", "floor, slice", "floor, dflt");
+    if (v2) std::printf(" %13s %13s %13s %13s\n", "runc react", "runc window", "sd react", "sd window");
+    else std::printf(" %13s %13s\n", "react", "window");
+    for (auto [what, q] : {std::pair{"p50", .5}, {"p90", .9}, {"p99", .99}, {"max", 1.0}}) {
+      std::printf("%-6s", what);
+      cell(pct(v->floor_us, q));
+      cell(pct(v->floor_default_us, q));
+      const std::vector<ReapplyStyle> styles =
+          v2 ? std::vector{ReapplyStyle::kRuncV2, ReapplyStyle::kSystemdV2} : std::vector{ReapplyStyle::kOldRuncV1};
+      for (ReapplyStyle s : styles) {
+        cell(pct(v->style(s).reaction_us, q));
+        cell(pct(v->style(s).window_us, q));
+      }
+      std::printf(" µs\n");
+    }
   }
 }
 
@@ -449,23 +469,20 @@ int main(int argc, char** argv) {
               "style %d ms apart (spinner: %d µs between EPERM opens); %d round(s)\n",
               o.load_seconds, o.load_seconds, o.load_hz, o.samples, o.gap_ms, o.open_interval_us, o.rounds);
   BuildFigures measured, compared;
-  std::vector<double> floor_us;
   try {
     if (o.v2) run_version(true, o, measured, compared);
     if (o.v1) run_version(false, o, measured, compared);
-    std::printf("floor: %d wake-ups, no daemon\n", o.samples);
-    std::fflush(stdout);
-    floor_us = measure_wake_floor(o.samples, std::chrono::milliseconds(o.gap_ms), pause_for);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "v2_reaction: %s\n", e.what());
     return 1;
   }
   std::printf("\nloadavg:  %s (at the end)\n", loadavg().c_str());
   print_build(("gpu-devwatch: " + o.daemon_binary).c_str(), measured, o);
+  print_floor(measured, o);
   if (!o.compare_daemon.empty()) {
     print_build(("compared build: " + o.compare_daemon).c_str(), compared, o);
+    print_floor(compared, o);
     print_compared(measured, compared, o);
   }
-  print_floor(floor_us, measured, o);
   return 0;
 }

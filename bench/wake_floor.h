@@ -5,9 +5,13 @@
 // below this one's is beyond any repairer that reacts in user space on this machine; the
 // difference between the two is what the daemon adds. Measured as the spinners are: the
 // waker stays busy on its CPU until the waiter has woken (the spinner busy-loops open()),
-// and the waiter sleeps --gap-ms between samples, as the daemon does between re-applies.
+// and the waiter sleeps between samples, as the daemon does between re-applies: the bench
+// takes one wake-up between each two re-applies, so that the floor and the reactions come
+// from the same minutes of the same machine.
 // Here the descriptor is an eventfd written by the waker, not the ring buffer: no BPF, no
-// daemon, so that nothing but the wake-up is in the figure.
+// daemon, so that nothing but the wake-up is in the figure. Two waiters: one with the
+// daemon's scheduler slice (the floor under the daemon as it runs), one with the kernel's
+// default (what that slice changes).
 #pragma once
 
 #include <signal.h>
@@ -20,10 +24,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <new>
 #include <stdexcept>
-#include <vector>
+
+#include "watch/loop_slice.h"
 
 namespace gdw::bench {
 
@@ -36,7 +40,8 @@ inline long long now_ns() {
 
 // The waiter: blocks in epoll_wait, notes when it returned, goes back to sleep. Killed by
 // its parent (by PID) when the measurement ends.
-[[noreturn]] inline void run_waiter(int event_fd, std::atomic<long long>* woke_at) {
+[[noreturn]] inline void run_waiter(int event_fd, std::atomic<long long>* woke_at, std::uint32_t slice_us) {
+  if (slice_us > 0 && !request_loop_slice(std::chrono::microseconds(slice_us))) _exit(1);
   const int ep = ::epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -53,46 +58,52 @@ inline long long now_ns() {
 
 }  // namespace detail
 
-// `samples` wake-ups, `gap` apart (pause: how the caller sleeps, so that it can be
-// interrupted); each in µs from the write to the waiter's epoll_wait returning.
-inline std::vector<double> measure_wake_floor(int samples, std::chrono::milliseconds gap,
-                                              const std::function<void(std::chrono::milliseconds)>& pause) {
-  void* shared = ::mmap(nullptr, sizeof(std::atomic<long long>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                        -1, 0);
-  if (shared == MAP_FAILED) throw std::runtime_error("wake floor: mmap failed");
-  auto* woke_at = new (shared) std::atomic<long long>(0);
-  const int event_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (event_fd < 0) throw std::runtime_error("wake floor: eventfd failed");
-  const pid_t waiter = ::fork();
-  if (waiter < 0) throw std::runtime_error("wake floor: fork failed");
-  if (waiter == 0) detail::run_waiter(event_fd, woke_at);
-  struct Reap {  // the waiter goes however this ends (an interrupt throws from pause)
-    pid_t pid;
-    int fd;
-    void* shared;
-    ~Reap() {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      ::close(fd);
-      ::munmap(shared, sizeof(std::atomic<long long>));
+// The waiter, for as long as this lives (killed by PID and reaped when it goes). `slice_us`:
+// the scheduler slice it asks for as the daemon's event loop does (watch/loop_slice.h,
+// daemon.event_loop_slice_us); 0, the kernel's default.
+class WakeFloor {
+ public:
+  explicit WakeFloor(std::uint32_t slice_us) {
+    shared_ = ::mmap(nullptr, sizeof(std::atomic<long long>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared_ == MAP_FAILED) throw std::runtime_error("wake floor: mmap failed");
+    woke_at_ = new (shared_) std::atomic<long long>(0);
+    event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (event_fd_ < 0) throw std::runtime_error("wake floor: eventfd failed");
+    waiter_ = ::fork();
+    if (waiter_ < 0) throw std::runtime_error("wake floor: fork failed");
+    if (waiter_ == 0) detail::run_waiter(event_fd_, woke_at_, slice_us);
+  }
+  ~WakeFloor() {
+    if (waiter_ > 0) {
+      ::kill(waiter_, SIGKILL);
+      ::waitpid(waiter_, nullptr, 0);
     }
-  } reap{waiter, event_fd, shared};
-  std::vector<double> us;
-  pause(gap);  // the waiter is in epoll_wait by then
-  for (int i = 0; i < samples; ++i) {
-    woke_at->store(0, std::memory_order_relaxed);
+    if (event_fd_ >= 0) ::close(event_fd_);
+    ::munmap(shared_, sizeof(std::atomic<long long>));
+  }
+  WakeFloor(const WakeFloor&) = delete;
+  WakeFloor& operator=(const WakeFloor&) = delete;
+
+  // One wake-up, in µs from the write to the waiter's epoll_wait returning. The caller
+  // lets the waiter sleep between samples, as the daemon sleeps between re-applies.
+  double sample_us() {
+    woke_at_->store(0, std::memory_order_relaxed);
     const long long sent = detail::now_ns();
     const std::uint64_t one = 1;
-    if (::write(event_fd, &one, sizeof one) != sizeof one) throw std::runtime_error("wake floor: write failed");
+    if (::write(event_fd_, &one, sizeof one) != sizeof one) throw std::runtime_error("wake floor: write failed");
     const long long give_up = sent + 1'000'000'000LL;
     long long at = 0;
-    while ((at = woke_at->load(std::memory_order_acquire)) == 0 && detail::now_ns() < give_up) {
+    while ((at = woke_at_->load(std::memory_order_acquire)) == 0 && detail::now_ns() < give_up) {
     }
-    if (at == 0) throw std::runtime_error("wake floor: the waiter did not wake within 1 s");
-    us.push_back(static_cast<double>(at - sent) / 1000.0);
-    pause(gap);
+    if (at == 0) throw std::runtime_error("wake floor: the waiter did not wake within 1 s (or could not set its slice)");
+    return static_cast<double>(at - sent) / 1000.0;
   }
-  return us;
-}
+
+ private:
+  void* shared_ = nullptr;
+  std::atomic<long long>* woke_at_ = nullptr;
+  int event_fd_ = -1;
+  pid_t waiter_ = -1;
+};
 
 }  // namespace gdw::bench
