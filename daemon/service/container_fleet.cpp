@@ -454,7 +454,8 @@ void ContainerFleet::update_gauges() {
 // container's program count costs one share, whatever the number of containers.
 void ContainerFleet::count_moved_gauges() {
   if (!gauge_tally_whole_) return update_gauges();
-  for (const auto& dir : gauge_shares_moved_) gauge_tally_.update(dir, containers_.find(dir), node_.allocations());
+  for (const auto& dir : gauge_shares_moved_)
+    if (WatchedContainer* w = containers_.find(dir)) gauge_tally_.update(*w, node_.allocations());
   gauge_shares_moved_.clear();
   report_gauges(gauge_tally_.counts(node_.merged()));
 }

@@ -123,7 +123,7 @@ class ContainerFleet final : public ContainerLister {
   FleetGauges gauges_;
   GaugeTally gauge_tally_;
   bool gauge_tally_whole_ = false;  // false: every share is read again at the next count
-  std::unordered_set<std::string> gauge_shares_moved_;  // containers whose share a check moved
+  std::unordered_set<std::string> gauge_shares_moved_;  // containers whose share a check moved (dirs)
   // Kubernetes Events, node conditions and the readiness gate, when on (the daemon's):
   // repairs are reported there, and after each gauge count which containers miss devices.
   kube::KubeReporting* kube_ = nullptr;

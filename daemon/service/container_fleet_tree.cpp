@@ -58,9 +58,7 @@ void ContainerFleet::remove(const std::string& cgroup_dir) {
   }
   node_metrics_.forget(w->labels);
   node_.bundles().forget(w->cgroup.leaf.container_id);
-  // Its share leaves the counts at the next count (before the erase: `cgroup_dir` may be
-  // the container's own string).
-  gauge_shares_moved_.insert(cgroup_dir);
+  gauge_tally_.remove(*w);  // its share leaves the counts
   containers_.erase(cgroup_dir);
 }
 

@@ -11,10 +11,8 @@
 
 #include <cstddef>
 #include <map>
-#include <optional>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/allocation_merge.h"
@@ -38,37 +36,33 @@ struct GaugeCounts {
   std::vector<kube::ContainerProblem> problems;
 };
 
-// What one container adds to the counts.
-struct GaugeShare {
-  bool gpu = false, missing = false, throttled = false, unidentified = false, identity_conflict = false;
-  std::size_t unresolved_cdi = 0;
-  std::map<ProgramOwner, std::size_t> programs;   // a GPU container's
-  std::string identity_problem;                   // with identity_conflict
-  std::optional<kube::ContainerProblem> problem;  // missing devices, or unidentified
-};
+// What `w` adds to the counts now (pure).
+GaugeShare gauge_share(const WatchedContainer& w, const AllocationIndex& allocations);
 
-GaugeShare gauge_share(const std::string& dir, const WatchedContainer& w, const AllocationIndex& allocations);
-
-// The counts, kept as the sum of every container's share.
+// The counts, kept as the sum of every container's share. Each container keeps the share
+// counted for it (WatchedContainer::gauge_share), so taking it out again needs no search.
 class GaugeTally {
  public:
   // Every share read again: after anything node-wide (allocations, containers come and go).
-  void rebuild(const ContainerTable& table, const AllocationIndex& allocations);
-  // The share of the container at `dir` read again; `w` null: it is gone.
-  void update(const std::string& dir, const WatchedContainer* w, const AllocationIndex& allocations);
+  void rebuild(ContainerTable& table, const AllocationIndex& allocations);
+  // The share of `w` read again.
+  void update(WatchedContainer& w, const AllocationIndex& allocations);
+  // `w` leaves the counts (before it leaves the table).
+  void remove(WatchedContainer& w);
   // The counts, with the node's ambiguous identities among the problems.
   GaugeCounts counts(const MergedAllocations& merged) const;
 
  private:
-  void add(const std::string& dir, const GaugeShare& share);
-  void subtract(const std::string& dir, const GaugeShare& share);
+  friend GaugeCounts count_gauges(const ContainerTable&, const MergedAllocations&, const AllocationIndex&);
+  void add(const WatchedContainer& w, const GaugeShare& share);
+  void subtract(const WatchedContainer& w, const GaugeShare& share);
 
-  std::unordered_map<std::string, GaugeShare> shares_;
   GaugeCounts sum_;  // without identity_problems and problems, kept below
-  std::map<std::string, std::size_t> identity_problems_;       // text -> containers with it
-  std::map<std::string, kube::ContainerProblem> problems_;     // by cgroup directory
+  std::map<std::string, std::size_t> identity_problems_;    // text -> containers with it
+  std::map<std::string, kube::ContainerProblem> problems_;  // by cgroup directory
 };
 
+// The counts of the whole table, from scratch (the shares the containers keep untouched).
 GaugeCounts count_gauges(const ContainerTable& table, const MergedAllocations& merged,
                          const AllocationIndex& allocations);
 

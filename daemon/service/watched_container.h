@@ -3,6 +3,7 @@
 // revoked (attribution), its repair log limit and its timers.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -20,6 +21,17 @@
 #include "watch/event_loop.h"
 
 namespace gdw {
+
+// What one container adds to the daemon's gauge counts, as last counted (service/gauges.h):
+// kept in the container, so that the counts can take it out again when it changes or goes.
+struct GaugeShare {
+  bool counted = false;  // in the sums now
+  bool gpu = false, missing = false, throttled = false, unidentified = false, identity_conflict = false;
+  bool problem = false;  // missing devices, or unidentified: listed for the node conditions
+  std::uint32_t unresolved_cdi = 0;
+  std::array<std::uint32_t, static_cast<std::size_t>(ProgramOwner::kRuntime) + 1> programs{};  // by ProgramOwner
+  std::string identity_problem;             // with identity_conflict
+};
 
 struct WatchedContainer {
   WatchedContainer(DiscoveredContainer cg, RepairBudget b, RepairLogLimit l)
@@ -42,6 +54,7 @@ struct WatchedContainer {
   // Repair: drift, back-off, the fight-loop guard, systemd persistence.
   RepairState repair;
   std::map<ProgramOwner, std::size_t> programs;  // device programs attached at the last check
+  GaugeShare gauge_share;  // what the gauges counted of it last (GaugeTally)
 
   // Attribution: the last write that revoked devices here, as the probe saw it; deny-rule
   // writes seen while it was not (yet) a GPU container.

@@ -197,15 +197,11 @@ TEST_F(GaugesTest, KeptContainerByContainerTheCountsAreThoseOfTheWholeTable) {
     const std::string pod = "p" + std::to_string(pick(3));  // p1 holds devices
     const std::string dir = "/kubepods/pod" + pod + "/" + name;
     WatchedContainer* w = table_.find(dir);
-    if (!w || pick(10) == 0) {
-      if (w && pick(2) == 0) {
-        table_.erase(dir);
-        w = nullptr;
-      } else {
-        w = &add(name, pod, kinds[pick(3)]);
-      }
-    }
-    if (w) {
+    if (w && pick(10) == 0) {  // gone: out of the counts before it leaves the table
+      tally.remove(*w);
+      table_.erase(dir);
+    } else {
+      if (!w) w = &add(name, pod, kinds[pick(3)]);  // new: counted at its first update
       switch (pick(8)) {
         case 0: w->target.kind = kinds[pick(3)]; break;
         case 1:
@@ -222,28 +218,31 @@ TEST_F(GaugesTest, KeptContainerByContainerTheCountsAreThoseOfTheWholeTable) {
         case 6: w->labels = {"ml", "trainer-" + std::to_string(pick(2)), "main"}; break;
         default: break;  // a check that moved nothing
       }
+      tally.update(*w, allocations_);
     }
-    tally.update(dir, w, allocations_);
     ASSERT_EQ(shown(tally.counts(merged_)), shown(count())) << "step " << step << ", " << dir;
   }
   EXPECT_GT(table_.size(), 0u);
 }
 
-// A container read again that is not in the table any more leaves the counts; one the
-// tally never saw is added.
-TEST_F(GaugesTest, ATallyUpdateAddsANewContainerAndDropsAGoneOne) {
+// A container's share taken out leaves nothing of it in the counts, the problem it had
+// included; taking it out twice changes nothing.
+TEST_F(GaugesTest, AContainerTakenOutOfTheTallyLeavesNothingBehind) {
   GaugeTally tally;
   tally.rebuild(table_, allocations_);
   WatchedContainer& w = add("a", "p1", TargetKind::kGpu);
   w.repair.missing.insert(DeviceNumber{DeviceType::kChar, 195, 0});
-  tally.update(w.cgroup.cgroup_dir, &w, allocations_);
+  w.programs[ProgramOwner::kOurs] = 1;
+  tally.update(w, allocations_);
   EXPECT_EQ(tally.counts(merged_).watched, 1u);
   EXPECT_EQ(tally.counts(merged_).missing, 1u);
   ASSERT_EQ(tally.counts(merged_).problems.size(), 1u);
+  tally.remove(w);
+  tally.remove(w);
   table_.erase("/kubepods/podp1/a");
-  tally.update("/kubepods/podp1/a", nullptr, allocations_);
   EXPECT_EQ(shown(tally.counts(merged_)), shown(count()));
   EXPECT_EQ(tally.counts(merged_).watched, 0u);
+  EXPECT_TRUE(tally.counts(merged_).programs.empty());
   EXPECT_TRUE(tally.counts(merged_).problems.empty());
 }
 
