@@ -40,15 +40,10 @@ namespace gdw {
 namespace {
 
 using test::CgroupSandbox;
-using test::EventLog;
 using test::inode_of;
 using test::kGpuMajor;
 using test::make_char_node;
-using test::own_comm;
-using test::own_v2_cgroup_dir;
-using test::ProbeAtSyscallExitTest;
 using test::ProbeTest;
-using test::ProbeWithHookTest;
 using test::TempDir;
 using test::WriteCall;
 using test::WriterRun;

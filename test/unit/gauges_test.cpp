@@ -26,6 +26,17 @@ class GaugesTest : public ::testing::Test {
     return w;
   }
   GaugeCounts count() const { return count_gauges(table_, merged_, allocations_); }
+  // Pod `pod_uid` holds a GPU (its containers, unidentified, are a problem).
+  void hold_devices(const std::string& pod_uid) {
+    AllocationEntry e;
+    e.pod_uid = pod_uid;
+    e.container_name = "main";
+    e.resource = "nvidia.com/gpu";
+    e.device_ids = {"GPU-1"};
+    DesiredPolicy policy;
+    policy.resource_globs = {"nvidia.com/gpu"};
+    allocations_ = AllocationIndex({e}, policy);
+  }
 
   Config config_;
   ContainerTable table_;
@@ -74,14 +85,7 @@ TEST_F(GaugesTest, GpuContainersByStateAndTheirProgramsAndCdiNames) {
 }
 
 TEST_F(GaugesTest, UnidentifiedCountsOnlyInPodsHoldingDevices) {
-  AllocationEntry e;
-  e.pod_uid = "held";
-  e.container_name = "main";
-  e.resource = "nvidia.com/gpu";
-  e.device_ids = {"GPU-1"};
-  DesiredPolicy policy;
-  policy.resource_globs = {"nvidia.com/gpu"};
-  allocations_ = AllocationIndex({e}, policy);
+  hold_devices("held");
   add("x", "held", TargetKind::kUnidentified);
   add("y", "free", TargetKind::kUnidentified);
   GaugeCounts g = count();
@@ -172,14 +176,7 @@ TEST_F(GaugesTest, WhatACheckChangesThatTheCountShowsMovesTheGaugeInputs) {
 // a node of 10 containers as on one of 500. Whatever the containers go through, one at a
 // time, the kept counts are the counts of the whole table.
 TEST_F(GaugesTest, KeptContainerByContainerTheCountsAreThoseOfTheWholeTable) {
-  AllocationEntry e;
-  e.pod_uid = "p1";
-  e.container_name = "main";
-  e.resource = "nvidia.com/gpu";
-  e.device_ids = {"GPU-1"};
-  DesiredPolicy policy;
-  policy.resource_globs = {"nvidia.com/gpu"};
-  allocations_ = AllocationIndex({e}, policy);
+  hold_devices("p1");
   MergedAllocations::Ambiguity a;
   a.name = PodName{"ml", "trainer"};
   a.uids = {"u1", "u2"};
