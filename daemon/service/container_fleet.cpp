@@ -191,6 +191,7 @@ void ContainerFleet::act(ProbeBatch batch) {
     if (access_ && tree_hierarchy_id_ == created.hierarchy_id)
       dir_created(node_.kubepods().hierarchy_root + created.path);
   }
+  if (!batch.created.empty()) gauges_changed();  // containers may have come: all counted again
   if (batch.program_loaded) {
     if (!program_sweep_timer_) {
       auto t = loop_.add_timer([this] { sweep_programs(); }, "program-sweep");

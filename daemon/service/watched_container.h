@@ -29,8 +29,8 @@ struct GaugeShare {
   bool gpu = false, missing = false, throttled = false, unidentified = false, identity_conflict = false;
   bool problem = false;  // missing devices, or unidentified: listed for the node conditions
   std::uint32_t unresolved_cdi = 0;
-  std::array<std::uint32_t, static_cast<std::size_t>(ProgramOwner::kRuntime) + 1> programs{};  // by ProgramOwner
-  std::string identity_problem;             // with identity_conflict
+  std::array<std::uint32_t, static_cast<std::size_t>(ProgramOwner::kRuntime) + 1> programs{};  // by owner
+  std::string identity_problem;  // with identity_conflict
 };
 
 struct WatchedContainer {
@@ -94,9 +94,10 @@ struct WatchedContainer {
   bool is_gpu() const { return target.kind == TargetKind::kGpu; }
   // What this container's gauge share is made of (service/gauges.h): a check that leaves
   // it as it was (a storm's revoke-and-repair, a v2 re-apply repaired) needs no new count;
-  // one that moves it has only this container's share read again (GaugeTally). In two parts: what a repair changes, taken before each one, and what
-  // resolving the container changes, taken only around the resolve that follows a grant
-  // (no string copies before the grant).
+  // one that moves it has only this container's share read again (GaugeTally). In two
+  // parts: what a repair changes, taken before each one, and what resolving the container
+  // changes, taken only around the resolve that follows a grant (no string copies before
+  // the grant).
   struct GaugeInputs {
     struct Repair {
       bool missing = false, throttled = false;
