@@ -119,6 +119,7 @@ struct VersionFigures {
   // The wake-ups taken between the re-applies: with the daemon's scheduler slice, and with
   // the kernel's default.
   std::vector<double> floor_us, floor_default_us;
+  bool floor_slice_refused = false;  // the kernel kept its default for the first waiter too
   bool measured = false;
   StyleFigures& style(ReapplyStyle s) { return styles[static_cast<int>(s)]; }
   const StyleFigures& style(ReapplyStyle s) const { return styles[static_cast<int>(s)]; }
@@ -236,6 +237,7 @@ void measure_reactions(BenchNode& node, const Options& o, int round, VersionFigu
     f.floor_default_us.push_back(floor_default.sample_us());
     pause_for(std::chrono::milliseconds(o.gap_ms - 2 * (o.gap_ms / 3)));
   }
+  f.floor_slice_refused |= floor.slice_refused();
 }
 
 void run_session(BenchNode& node, const std::string& binary, const Options& o, int round, bool say_probe,
@@ -377,6 +379,7 @@ void print_floor(const BuildFigures& b, const Options& o) {
   auto cell = [](double v) { v < 0 ? std::printf(" %13s", "-") : std::printf(" %13.1f", v); };
   for (const VersionFigures* v : {&b.v2, &b.v1}) {
     if (!v->measured) continue;
+    if (v->floor_slice_refused) std::printf("(this kernel kept its default slice: both floors are that one's)\n");
     const bool v2 = v == &b.v2;
     std::printf("%-6s %13s %13s", v2 ? "v2" : "v1", "floor, slice", "floor, dflt");
     if (v2) std::printf(" %13s %13s %13s %13s\n", "runc react", "runc window", "sd react", "sd window");

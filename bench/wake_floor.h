@@ -40,8 +40,16 @@ inline long long now_ns() {
 
 // The waiter: blocks in epoll_wait, notes when it returned, goes back to sleep. Killed by
 // its parent (by PID) when the measurement ends.
-[[noreturn]] inline void run_waiter(int event_fd, std::atomic<long long>* woke_at, std::uint32_t slice_us) {
-  if (slice_us > 0 && !request_loop_slice(std::chrono::microseconds(slice_us))) _exit(1);
+// What the waiter and the waker share (MAP_SHARED): when it woke, and whether it got the
+// slice it asked for (kernels before 6.12 keep their default: the floor is then that one's).
+struct WakeShared {
+  std::atomic<long long> woke_at{0};
+  std::atomic<int> slice_refused{0};
+};
+
+[[noreturn]] inline void run_waiter(int event_fd, WakeShared* shared, std::uint32_t slice_us) {
+  if (slice_us > 0 && !request_loop_slice(std::chrono::microseconds(slice_us))) shared->slice_refused.store(1);
+  std::atomic<long long>* woke_at = &shared->woke_at;
   const int ep = ::epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -64,14 +72,14 @@ inline long long now_ns() {
 class WakeFloor {
  public:
   explicit WakeFloor(std::uint32_t slice_us) {
-    shared_ = ::mmap(nullptr, sizeof(std::atomic<long long>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (shared_ == MAP_FAILED) throw std::runtime_error("wake floor: mmap failed");
-    woke_at_ = new (shared_) std::atomic<long long>(0);
+    void* mapped = ::mmap(nullptr, sizeof(detail::WakeShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mapped == MAP_FAILED) throw std::runtime_error("wake floor: mmap failed");
+    shared_ = new (mapped) detail::WakeShared;
     event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (event_fd_ < 0) throw std::runtime_error("wake floor: eventfd failed");
     waiter_ = ::fork();
     if (waiter_ < 0) throw std::runtime_error("wake floor: fork failed");
-    if (waiter_ == 0) detail::run_waiter(event_fd_, woke_at_, slice_us);
+    if (waiter_ == 0) detail::run_waiter(event_fd_, shared_, slice_us);
   }
   ~WakeFloor() {
     if (waiter_ > 0) {
@@ -79,7 +87,7 @@ class WakeFloor {
       ::waitpid(waiter_, nullptr, 0);
     }
     if (event_fd_ >= 0) ::close(event_fd_);
-    ::munmap(shared_, sizeof(std::atomic<long long>));
+    ::munmap(shared_, sizeof(detail::WakeShared));
   }
   WakeFloor(const WakeFloor&) = delete;
   WakeFloor& operator=(const WakeFloor&) = delete;
@@ -87,21 +95,23 @@ class WakeFloor {
   // One wake-up, in µs from the write to the waiter's epoll_wait returning. The caller
   // lets the waiter sleep between samples, as the daemon sleeps between re-applies.
   double sample_us() {
-    woke_at_->store(0, std::memory_order_relaxed);
+    std::atomic<long long>& woke_at = shared_->woke_at;
+    woke_at.store(0, std::memory_order_relaxed);
     const long long sent = detail::now_ns();
     const std::uint64_t one = 1;
     if (::write(event_fd_, &one, sizeof one) != sizeof one) throw std::runtime_error("wake floor: write failed");
     const long long give_up = sent + 1'000'000'000LL;
     long long at = 0;
-    while ((at = woke_at_->load(std::memory_order_acquire)) == 0 && detail::now_ns() < give_up) {
+    while ((at = woke_at.load(std::memory_order_acquire)) == 0 && detail::now_ns() < give_up) {
     }
-    if (at == 0) throw std::runtime_error("wake floor: the waiter did not wake within 1 s (or could not set its slice)");
+    if (at == 0) throw std::runtime_error("wake floor: the waiter did not wake within 1 s");
     return static_cast<double>(at - sent) / 1000.0;
   }
+  // The kernel kept its default slice for the waiter (known once it has woken once).
+  bool slice_refused() const { return shared_->slice_refused.load() != 0; }
 
  private:
-  void* shared_ = nullptr;
-  std::atomic<long long>* woke_at_ = nullptr;
+  detail::WakeShared* shared_ = nullptr;
   int event_fd_ = -1;
   pid_t waiter_ = -1;
 };
