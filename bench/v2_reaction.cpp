@@ -24,8 +24,10 @@
 //                  detached) and systemd-style (ANDed on), alternating; v1 old runc (`a` to
 //                  devices.deny, then the spec's allows). The daemon's CPU over that phase
 //                  (its CPU-time clock), per re-apply: what a re-apply costs it in all.
-// Halfway between each two re-applies, the machine's floor under any reaction
-// (bench/wake_floor.h): one wake-up of an idle process by a busy one, the daemon idle.
+// Between each two re-applies, the machine's floor under any reaction (bench/wake_floor.h):
+// two wake-ups of an idle process by a busy one, the daemon idle, one waiter with the
+// daemon's default scheduler slice (a --daemon-extra that changes it is not followed) and
+// one with the kernel's.
 // Before each session every GPU container is put back to the runtime's policy, so every
 // build starts from the same state. The spinner busy-loops on one CPU (unless
 // --open-interval-us): on a 2-CPU machine the daemon has the other.
