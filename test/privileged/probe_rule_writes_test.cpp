@@ -28,7 +28,6 @@
 
 #include <gtest/gtest.h>
 
-
 #include "probe/probe.h"
 #include "support/cgroup_sandbox.h"
 #include "support/probe_event_log.h"

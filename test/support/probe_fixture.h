@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <sys/sysmacros.h>
 
 #include <cerrno>
 #include <cstdint>
