@@ -22,6 +22,11 @@ inline double mean(const std::vector<double>& v) {
   return v.empty() ? -1 : s / static_cast<double>(v.size());
 }
 
+// A steady-clock time as nanoseconds, to pass between processes (pipes, shared memory).
+inline long long steady_ns(std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now()) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 template <class TimePoint>
 double us_between(TimePoint a, TimePoint b) {
   return std::chrono::duration<double, std::micro>(b - a).count();

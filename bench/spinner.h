@@ -27,6 +27,7 @@
 #include <string>
 
 #include "bench_signals.h"
+#include "bench_stats.h"
 #include "reappliers.h"
 #include "support/cgroup_sandbox.h"
 #include "support/sandbox_node.h"
@@ -77,10 +78,6 @@ struct SpinReport {
   long long harm_start_ns = 0, applied_ns = 0, allowed_ns = 0, eperm = 0;
   std::uint32_t program_id = 0;
 };
-
-inline long long steady_ns(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
 
 inline Reapply reapply_in_child(const SpinTarget& t, ReapplyStyle style) {
   if (style == ReapplyStyle::kOldRuncV1) return reapply_old_runc_v1(t.cgroup_dir, test::SandboxNode::spec_allow_rules());

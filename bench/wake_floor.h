@@ -27,16 +27,12 @@
 #include <new>
 #include <stdexcept>
 
+#include "bench_stats.h"
 #include "watch/loop_slice.h"
 
 namespace gdw::bench {
 
 namespace detail {
-
-inline long long now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // The waiter: blocks in epoll_wait, notes when it returned, goes back to sleep. Killed by
 // its parent (by PID) when the measurement ends.
@@ -57,7 +53,7 @@ struct WakeShared {
   for (;;) {
     epoll_event out{};
     if (::epoll_wait(ep, &out, 1, -1) != 1) continue;
-    const long long at = now_ns();
+    const long long at = steady_ns();
     std::uint64_t count = 0;
     (void)!::read(event_fd, &count, sizeof count);
     woke_at->store(at, std::memory_order_release);
@@ -97,12 +93,12 @@ class WakeFloor {
   double sample_us() {
     std::atomic<long long>& woke_at = shared_->woke_at;
     woke_at.store(0, std::memory_order_relaxed);
-    const long long sent = detail::now_ns();
+    const long long sent = steady_ns();
     const std::uint64_t one = 1;
     if (::write(event_fd_, &one, sizeof one) != sizeof one) throw std::runtime_error("wake floor: write failed");
     const long long give_up = sent + 1'000'000'000LL;
     long long at = 0;
-    while ((at = woke_at.load(std::memory_order_acquire)) == 0 && detail::now_ns() < give_up) {
+    while ((at = woke_at.load(std::memory_order_acquire)) == 0 && steady_ns() < give_up) {
     }
     if (at == 0) throw std::runtime_error("wake floor: the waiter did not wake within 1 s");
     return static_cast<double>(at - sent) / 1000.0;
