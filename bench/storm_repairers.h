@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +85,10 @@ class Daemon : public Repairer {
   }
   // A series without labels from the daemon's /metrics; 0 when it has none (yet).
   double metric(const std::string& name) const { return metric_value(http_get(port_), name).value_or(0); }
+  // A labelled series; nullopt when the daemon has none (a build without that metric).
+  std::optional<double> series(const std::string& name, const std::map<std::string, std::string>& labels) const {
+    return metric_value(http_get(port_), name, labels);
+  }
 
  private:
   SandboxNode& node_;

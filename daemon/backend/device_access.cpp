@@ -84,6 +84,7 @@ class DeviceProgramsV2 final : public DeviceAccess {
 
   Result<DeviceState> observe(const std::string& cgroup_dir, const DesiredDevices& desired) override {
     seen_.reset();
+    cache_.wanted_sets().want(cgroup_dir, desired.wanted);
     auto snapshot = snapshot_device_programs(cgroup_dir, cache_, &dirs_);
     if (!snapshot) {
       // The query's error names the cgroup; a vanished cgroup is told apart by the directory.
@@ -98,10 +99,11 @@ class DeviceProgramsV2 final : public DeviceAccess {
     return state;
   }
 
-  // The next repair's wrapper copy, loaded after this one (on the owner's timer) rather
-  // than while that repair waits.
+  // The next repair's wrapper copy, and wrappers of a program just met for the other
+  // containers' device sets, loaded after this repair (on the owner's timer) rather than
+  // while a repair waits.
   bool next_grant_work_due() const override { return cache_.spares_due(); }
-  void prepare_next_grant() override { cache_.load_spares(Clock::now()); }
+  std::size_t prepare_next_grant() override { return cache_.load_spares(Clock::now()); }
 
   // Each program denying a wanted device is wrapped (it then allows the wanted devices and
   // decides as before for the rest); the others stay as they are.
@@ -110,7 +112,9 @@ class DeviceProgramsV2 final : public DeviceAccess {
     GrantReport report;
     report.method = "bpf";
     const DeviceProgramsSnapshot* seen = seen_ && seen_->dir == cgroup_dir ? &seen_->snapshot : nullptr;
+    const std::size_t loads_before = cache_.wrapper_loads();
     auto installed = repair_device_programs(cgroup_dir, wanted, cache_, seen);
+    report.programs_loaded = cache_.wrapper_loads() - loads_before;
     seen_.reset();
     auto among = [](const std::vector<WantedDevice>& list, const WantedDevice& d) {
       return std::any_of(list.begin(), list.end(), [&](const WantedDevice& x) { return x.dev == d.dev; });
@@ -140,7 +144,10 @@ class DeviceProgramsV2 final : public DeviceAccess {
     return report;
   }
 
-  void forget(const std::string& cgroup_dir) override { dirs_.forget(cgroup_dir); }
+  void forget(const std::string& cgroup_dir) override {
+    dirs_.forget(cgroup_dir);
+    cache_.wanted_sets().forget(cgroup_dir);
+  }
 
  private:
   DeviceProgramCache cache_;

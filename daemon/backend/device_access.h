@@ -34,6 +34,7 @@ struct GrantReport {
   std::string summary;
   std::vector<std::string> warnings;
   std::size_t programs_replaced = 0;
+  std::size_t programs_loaded = 0;  // v2: wrappers loaded while the grant ran (a verifier run each)
   std::optional<std::vector<AttachedDeviceProgram>> programs_now;  // when the grant re-read them
   std::optional<Error> failure;  // the whole grant failed (the outcomes carry it too)
 };
@@ -69,10 +70,11 @@ class DeviceAccess {
   // The container is no longer watched: release what was kept for it (open files).
   virtual void forget(const std::string& cgroup_dir) { (void)cgroup_dir; }
   // After a grant is reported: work that makes the next grant faster (v2: loading a spare
-  // wrapper copy), kept off the path between an event and its grant; due says whether
-  // there is any.
+  // wrapper copy, or a wrapper ahead for another device set), kept off the path between an
+  // event and its grant, a bounded step per call; due says whether there is any left.
+  // Returns the device programs it loaded.
   virtual bool next_grant_work_due() const { return false; }
-  virtual void prepare_next_grant() {}
+  virtual std::size_t prepare_next_grant() { return 0; }
 };
 
 // The node's: `version` is what NodeModel located (kV1 or kV2).

@@ -41,16 +41,19 @@ Result<int> load_wrapper(const BpfCode& code, const std::string& dir, std::uint3
 }
 
 // The cache key of a wrapper: the devices it adds and the code it wraps, as bytes.
-std::string wrapper_key(const std::vector<WantedDevice>& added, const BpfCode& inner) {
+std::string wrapper_key(const std::string& packed_added, const BpfCode& inner) {
   std::string key;
-  key.reserve(added.size() * 16 + inner.size() * sizeof(bpf_insn));
-  for (const auto& d : added) {
-    const std::uint32_t fields[] = {static_cast<std::uint32_t>(d.dev.type), d.dev.major, d.dev.minor, d.access};
-    key.append(reinterpret_cast<const char*>(fields), sizeof(fields));
-  }
+  key.reserve(packed_added.size() + 1 + inner.size() * sizeof(bpf_insn));
+  key.append(packed_added);
   key.push_back('|');
   key.append(reinterpret_cast<const char*>(inner.data()), inner.size() * sizeof(bpf_insn));
   return key;
+}
+
+std::uint32_t program_id(int fd) {
+  bpf_prog_info info{};
+  std::uint32_t len = sizeof(info);
+  return bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.id : 0;
 }
 
 }  // namespace
@@ -117,7 +120,7 @@ void DeviceProgramCache::forget(const Copies& copies) {
 Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vector<WantedDevice>& added,
                                                                 const BpfCode& inner, const std::string& dir,
                                                                 std::uint32_t old_id, Clock::time_point now) {
-  std::string key = wrapper_key(added, inner);
+  std::string key = wrapper_key(packed_device_set(added), inner);
   Copies* copies = wrappers_.find(key);
   if (copies) {
     // Every copy forgets what is older than kReuseAfter here, so that the cgroups of
@@ -135,9 +138,7 @@ Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vecto
   auto loaded = load_wrapper(wrap_device_program(added, inner), dir, old_id);
   if (!loaded) return loaded.error();
   ++wrapper_loads_;
-  bpf_prog_info info{};
-  std::uint32_t len = sizeof(info);
-  const std::uint32_t id = bpf_obj_get_info_by_fd(*loaded, &info, &len) == 0 ? info.id : 0;
+  const std::uint32_t id = program_id(*loaded);
   if (copies && copies->size() >= kMaxCopies) {
     // Every copy was in this cgroup lately: this one is used once and not kept.
     const int fd = *loaded;
@@ -154,8 +155,44 @@ Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vecto
   Copies fresh;
   fresh.push_back(std::move(copy));
   want_spare(key, fresh, added, inner);
+  ahead_due_.erase(key);
   for (const auto& dropped : wrappers_.add(std::move(key), std::move(fresh), max_wrappers_)) forget(dropped);
+  // Which wrappers to load ahead for it is decided after the grant (load_spares).
+  if (programs_met_.size() < kMaxAheadDue) programs_met_.push_back(inner);
   return Wrapper{*loaded, id, nullptr};
+}
+
+void DeviceProgramCache::want_ahead(const BpfCode& inner) {
+  for (const auto& set : wanted_sets_.most_wanted(kMaxAhead)) {
+    if (ahead_due_.size() >= kMaxAheadDue) return;
+    std::string key = wrapper_key(set, inner);
+    if (wrappers_.index.count(key) || ahead_due_.count(key)) continue;
+    ahead_due_.emplace(std::move(key), SpareDue{unpacked_device_set(set), inner});
+  }
+}
+
+bool DeviceProgramCache::load_one_ahead() {
+  while (!ahead_due_.empty()) {
+    auto due = ahead_due_.extract(ahead_due_.begin());
+    if (wrappers_.index.count(due.key())) continue;  // a repair loaded it meanwhile
+    // Like a spare, one that does not load is no repair's error: a repair that needs it
+    // loads it then and reports why not. One verifier run per call either way.
+    auto fd = load_wrapper(wrap_device_program(due.mapped().added, due.mapped().inner), "a wrapper loaded ahead", 0);
+    if (!fd) return false;
+    ++wrapper_loads_;
+    Copies copies;
+    copies.push_back(kept_copy(*fd));
+    for (const auto& dropped : wrappers_.add(std::move(due.key()), std::move(copies), max_wrappers_)) forget(dropped);
+    return true;
+  }
+  return false;
+}
+
+std::unique_ptr<DeviceProgramCache::Copy> DeviceProgramCache::kept_copy(int fd) {
+  auto copy = std::make_unique<Copy>();
+  *copy = Copy{fd, program_id(fd), {}};
+  copy_by_id_[copy->id] = copy.get();
+  return copy;
 }
 
 void DeviceProgramCache::want_spare(const std::string& key, const Copies& copies,
@@ -166,6 +203,8 @@ void DeviceProgramCache::want_spare(const std::string& key, const Copies& copies
 }
 
 std::size_t DeviceProgramCache::load_spares(Clock::time_point now) {
+  for (const auto& inner : programs_met_) want_ahead(inner);
+  programs_met_.clear();
   std::size_t loaded = 0;
   auto due = std::move(spares_due_);
   spares_due_.clear();
@@ -180,16 +219,10 @@ std::size_t DeviceProgramCache::load_spares(Clock::time_point now) {
     auto fd = load_wrapper(wrap_device_program(spare.added, spare.inner), "a spare", 0);
     if (!fd) continue;
     ++wrapper_loads_;
-    bpf_prog_info info{};
-    std::uint32_t len = sizeof(info);
-    const std::uint32_t id = bpf_obj_get_info_by_fd(*fd, &info, &len) == 0 ? info.id : 0;
-    auto copy = std::make_unique<Copy>();
-    *copy = Copy{*fd, id, {}};
-    copy_by_id_[id] = copy.get();
-    copies->push_back(std::move(copy));
+    copies->push_back(kept_copy(*fd));
     ++loaded;
   }
-  return loaded;
+  return loaded + (load_one_ahead() ? 1 : 0);
 }
 
 }  // namespace gdw

@@ -18,7 +18,16 @@
 // copy is loaded and not kept. A copy loaded while a repair waits costs the reaction a
 // verifier run (~0.5 ms), so once a repair has taken the last copy no cgroup has seen, a
 // spare is loaded after the repair (load_spares(), while kMaxCopies allows): the next
-// repair that needs one finds it loaded. Both caches are bounded (least recently used go
+// repair that needs one finds it loaded.
+//
+// A runtime applies the same spec to most containers, so the program a re-apply attaches
+// has the same instructions in every container it hits; only the devices each wrapper adds
+// differ. The first repair that meets such a program runs the verifier on its path; after
+// it, wrappers of that program for the other device sets the node's GPU containers want
+// (WantedDeviceSets, fed by every look) are loaded ahead, one per call of load_spares():
+// a daemon-reload or a runtime update that reaches every GPU container then costs one
+// verifier run on a reaction's path, not one per device set. Bounded: kMaxAhead sets per
+// program met, kMaxAheadDue waiting in all. Both caches are bounded (least recently used go
 // first; a description is about 2 KiB, 256 cover the programs of a hundred GPU
 // containers). A wrapper dropped from the cache stays loaded while it is attached
 // somewhere (the kernel holds it), and is freed after.
@@ -33,6 +42,7 @@
 #include <vector>
 
 #include "backend/device_programs_v2.h"
+#include "backend/wanted_device_sets.h"
 #include "core/clock.h"
 #include "core/result.h"
 
@@ -42,6 +52,8 @@ class DeviceProgramCache {
  public:
   static constexpr Clock::duration kReuseAfter = std::chrono::seconds(10);
   static constexpr std::size_t kMaxCopies = 8;
+  static constexpr std::size_t kMaxAhead = 32;     // device sets loaded ahead per program met
+  static constexpr std::size_t kMaxAheadDue = 64;  // wrappers waiting to be loaded ahead
 
   explicit DeviceProgramCache(std::size_t max_programs = 256, std::size_t max_wrappers = 512)
       : max_programs_(max_programs), max_wrappers_(max_wrappers) {}
@@ -71,15 +83,22 @@ class DeviceProgramCache {
   Result<Wrapper> wrapper(const std::vector<WantedDevice>& added, const BpfCode& inner, const std::string& dir,
                           std::uint32_t old_id, Clock::time_point now);
 
-  // Loads the spare copies that wrapper() found missing since the last call (off the
-  // reaction's path: after a repair's grant); returns how many were loaded.
+  // The device sets the node's GPU containers want (every look says what its container
+  // wants; a container gone is forgotten): whose wrappers are loaded ahead.
+  WantedDeviceSets& wanted_sets() { return wanted_sets_; }
+
+  // Off the reaction's path (after a repair's grant): loads the spare copies that wrapper()
+  // found missing since the last call, and one wrapper due ahead (a verifier run each, so
+  // that an event arriving meanwhile waits for one at most); returns how many were loaded.
   std::size_t load_spares(Clock::time_point now);
   // Whether load_spares() has anything to load.
-  bool spares_due() const { return !spares_due_.empty(); }
+  bool spares_due() const { return !spares_due_.empty() || !programs_met_.empty() || !ahead_due_.empty(); }
 
   std::size_t programs() const { return programs_.size(); }
   std::size_t wrappers() const { return wrappers_.size(); }
   std::size_t wrapper_loads() const { return wrapper_loads_; }  // verifier runs so far
+  // Wrappers due ahead (counted once load_spares() has looked at the programs met).
+  std::size_t ahead_due() const { return ahead_due_.size(); }
 
  private:
   // Least recently used first out.
@@ -108,12 +127,22 @@ class DeviceProgramCache {
     std::vector<WantedDevice> added;
     BpfCode inner;
   };
+  // `inner` was met (a wrapper of it loaded on a repair's path for a set): wrappers of it
+  // for the other sets containers want are due ahead.
+  void want_ahead(const BpfCode& inner);
+  // Loads one wrapper due ahead, if any; whether one was loaded.
+  bool load_one_ahead();
+  // One loaded copy, unseen anywhere, as the cache keeps it.
+  std::unique_ptr<Copy> kept_copy(int fd);
 
   std::size_t max_programs_, max_wrappers_;
   Lru<std::uint32_t, AttachedDeviceProgram> programs_;
   Lru<std::string, Copies> wrappers_;  // (added, inner) as bytes → its copies
   std::unordered_map<std::uint32_t, Copy*> copy_by_id_;
   std::unordered_map<std::string, SpareDue> spares_due_;  // by key
+  std::vector<BpfCode> programs_met_;                      // since the last load_spares()
+  std::unordered_map<std::string, SpareDue> ahead_due_;   // by key: wrappers to load ahead
+  WantedDeviceSets wanted_sets_;
   std::size_t wrapper_loads_ = 0;
 };
 

@@ -115,6 +115,10 @@ const std::vector<MetricFamilySpec> kFamilies = {
     {Id::kDeviceProgramsReplaced, Type::kCounter, "gpu_devwatch_device_programs_replaced_total",
      "cgroup v2: device programs that repairs replaced or detached.",
      {}, Series::kAtStart},
+    {Id::kDeviceProgramsLoaded, Type::kCounter, "gpu_devwatch_device_programs_loaded_total",
+     "cgroup v2: wrapper programs the daemon loaded, a verifier run each: while a repair waited "
+     "(when=\"repair\"), or after a repair, ahead of the next ones (when=\"ahead\").",
+     {"when"}, Series::kAtStart, {"repair", "ahead"}},
     {Id::kCheckpointStale, Type::kGauge, "gpu_devwatch_checkpoint_stale",
      "1 when the kubelet checkpoint names devices this host does not have or another boot's BootID.",
      {}, Series::kAtStart},

@@ -30,4 +30,9 @@ void RepairMetrics::programs_replaced(std::size_t n) {
   m_->counter(Id::kDeviceProgramsReplaced).Increment(static_cast<double>(n));
 }
 
+void RepairMetrics::programs_loaded(std::size_t n, bool ahead) {
+  // Family::Add hands back the series made at registration for these labels.
+  m_->counters(Id::kDeviceProgramsLoaded).Add({{"when", ahead ? "ahead" : "repair"}}).Increment(static_cast<double>(n));
+}
+
 }  // namespace gdw

@@ -22,6 +22,8 @@ class RepairMetrics {
   void throttled(const ContainerLabels& c);
   // cgroup v2: device programs our repairs replaced or detached.
   void programs_replaced(std::size_t n);
+  // cgroup v2: wrappers loaded while a repair waited, or ahead of the next repairs.
+  void programs_loaded(std::size_t n, bool ahead);
 
  private:
   Metrics* m_;

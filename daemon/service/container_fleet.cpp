@@ -47,6 +47,7 @@ ContainerFleet::ContainerFleet(const Config& config, RepairSettings settings, Ev
       loop_(loop),
       node_metrics_(metrics),
       daemon_metrics_(metrics),
+      repair_metrics_(metrics),
       node_(node),
       watches_(daemon_metrics_),
       attribution_(containers_, ProbeMetrics(metrics)),
@@ -96,7 +97,10 @@ Status ContainerFleet::start_timers() {
   gauge_timer_ = std::move(*gauges);
   // Below every trigger: it waits while repairs are due.
   auto prepare = loop_.add_timer([this] {
-    if (access_) access_->prepare_next_grant();
+    if (!access_) return;
+    if (const std::size_t loaded = access_->prepare_next_grant()) repair_metrics_.programs_loaded(loaded, /*ahead=*/true);
+    // One bounded step per turn: events that came meanwhile go first.
+    if (access_->next_grant_work_due()) arm_timer(prepare_timer_, kPrepareGrantDelay, "prepare-grant", daemon_metrics_);
   }, "prepare-grant", std::nullopt, ProbeLink::kReadPriority + 1);
   if (!prepare) return prepare.error();
   prepare_timer_ = std::move(*prepare);

@@ -24,6 +24,7 @@
 #include "kube/kube_reporting.h"
 #include "metrics/daemon_metrics.h"
 #include "metrics/node_metrics.h"
+#include "metrics/repair_metrics.h"
 #include "node/node_model.h"
 #include "service/attribution.h"
 #include "service/container_table.h"
@@ -113,6 +114,7 @@ class ContainerFleet final : public ContainerLister {
   EventLoop& loop_;
   NodeMetrics node_metrics_;
   DaemonMetrics daemon_metrics_;
+  RepairMetrics repair_metrics_;  // the wrappers loaded ahead of repairs
   NodeModel& node_;
   ContainerTable containers_;
   ContainerWatches watches_;

@@ -54,6 +54,7 @@ void RepairReport::grants(WatchedContainer& w, RepairStep& step, Clock::time_poi
   if (granted) metrics_.regrant(true, applied.method, static_cast<std::size_t>(granted));
   if (refused) metrics_.regrant(false, applied.method, refused);
   if (applied.programs_replaced) metrics_.programs_replaced(applied.programs_replaced);
+  if (applied.programs_loaded) metrics_.programs_loaded(applied.programs_loaded, /*ahead=*/false);
   for (const auto& warning : applied.warnings) log::warn(warning, w.log_fields());
   SettledGrants& settled = step.settled;
   refusals(w, settled);

@@ -1,6 +1,7 @@
 // The wrapper cache of cgroup v2 repairs (backend/device_program_cache): copies of a
-// wrapper and when they may be attached again, and the spare copy loaded after a repair so
-// that the next one runs no verifier. Real BPF_PROG_LOADs; no cgroup is touched.
+// wrapper and when they may be attached again, the spare copy loaded after a repair so
+// that the next one runs no verifier, and the wrappers loaded ahead for the other
+// containers' device sets. Real BPF_PROG_LOADs; no cgroup is touched.
 #include "backend/device_program_cache.h"
 
 #include <bpf/bpf.h>
@@ -100,6 +101,72 @@ TEST_F(DeviceProgramCacheTest, ASpareCopyIsLoadedAfterARepairSoTheNextOneRunsNoV
     loaded += cache.load_spares(t0);
   }
   EXPECT_LE(loaded, DeviceProgramCache::kMaxCopies) << "spares stop at kMaxCopies";
+}
+
+// A runtime's spec-only program met for the first time by a repair: the wrappers of that
+// program for the other device sets the node's containers want are loaded after it, one
+// per call, so that those containers' repairs run no verifier.
+TEST_F(DeviceProgramCacheTest, WrappersForTheOtherContainersSetsAreLoadedAheadOnePerCall) {
+  const std::vector<WantedDevice> gpu1{wanted(195, 1, kAccessReadWrite, "nvidia1")};
+  const std::vector<WantedDevice> gpu2{wanted(195, 2, kAccessReadWrite, "nvidia2")};
+  cache.wanted_sets().want("/a", desired);
+  cache.wanted_sets().want("/b", gpu1);
+  cache.wanted_sets().want("/c", gpu2);
+  cache.wanted_sets().want("/gone", {wanted(195, 3, kAccessReadWrite, "nvidia3")});
+  cache.wanted_sets().forget("/gone");
+
+  auto first = wrapper("/a", t0);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(cache.wrapper_loads(), 1u) << "the first repair that meets the program loads on its path";
+  EXPECT_EQ(cache.ahead_due(), 0u) << "decided after the grant, not on the repair's path";
+  ASSERT_TRUE(cache.spares_due());
+  // The spare copy of /a's wrapper and one wrapper ahead; then the other one: /b's and
+  // /c's sets, not /a's (loaded), not the gone container's.
+  EXPECT_EQ(cache.load_spares(t0), 2u);
+  EXPECT_EQ(cache.ahead_due(), 1u);
+  EXPECT_EQ(cache.load_spares(t0), 1u);
+  EXPECT_FALSE(cache.spares_due());
+  EXPECT_EQ(cache.load_spares(t0), 0u);
+  const std::size_t loads = cache.wrapper_loads();
+  EXPECT_EQ(loads, 4u);
+
+  // /b and /c re-applied (by names the runtime gives: the key is the numbers and access).
+  auto b = cache.wrapper(gpu1, inner, "/b", spec_->id, t0);
+  auto c = cache.wrapper(gpu2, inner, "/c", spec_->id, t0);
+  ASSERT_TRUE(b.ok() && c.ok());
+  EXPECT_EQ(cache.wrapper_loads(), loads) << "no verifier run on their repairs";
+  EXPECT_NE(b->id, c->id);
+  EXPECT_NE(b->id, first->id);
+  // Each is the wrapper of its own set: the program it runs adds that set and no other.
+  for (const auto& [w, set] : {std::pair{&*b, &gpu1}, std::pair{&*c, &gpu2}}) {
+    auto described = cache.describe(w->id);
+    ASSERT_TRUE(described.has_value());
+    ASSERT_TRUE(described->wrapper) << "program " << w->id;
+    ASSERT_EQ(described->added.size(), 1u);
+    EXPECT_EQ(described->added[0].dev, (*set)[0].dev);
+    EXPECT_EQ(described->added[0].access, (*set)[0].access);
+  }
+}
+
+TEST_F(DeviceProgramCacheTest, WhatIsLoadedAheadIsBounded) {
+  for (std::uint32_t i = 0; i < 3 * DeviceProgramCache::kMaxAhead; ++i)
+    cache.wanted_sets().want("/c" + std::to_string(i), {wanted(195, 100 + i, kAccessReadWrite, "gpu")});
+  ASSERT_TRUE(wrapper("/a", t0).ok());
+  EXPECT_EQ(cache.load_spares(t0), 2u) << "/a's spare copy, one wrapper ahead";
+  EXPECT_EQ(cache.ahead_due(), DeviceProgramCache::kMaxAhead - 1) << "per program met";
+  // Another runtime program met: more are due, up to kMaxAheadDue in all.
+  ForeignProgram other("", {kDenyAll, {true, DeviceRule{DeviceType::kChar, 1, 5, kAccessAll}}});
+  ASSERT_GE(other.fd, 0);
+  auto other_code = cache.describe(other.id);
+  ASSERT_TRUE(other_code.has_value());
+  ASSERT_TRUE(cache.wrapper(desired, other_code->code, "/a", other.id, t0).ok());
+  ForeignProgram third("", {kDenyAll, {true, DeviceRule{DeviceType::kChar, 1, 7, kAccessAll}}});
+  ASSERT_GE(third.fd, 0);
+  auto third_code = cache.describe(third.id);
+  ASSERT_TRUE(third_code.has_value());
+  ASSERT_TRUE(cache.wrapper(desired, third_code->code, "/a", third.id, t0).ok());
+  cache.load_spares(t0);
+  EXPECT_EQ(cache.ahead_due(), DeviceProgramCache::kMaxAheadDue - 1) << "in all, one loaded";
 }
 
 // A program read from the kernel comes with its descriptor (a repair swaps through it,
