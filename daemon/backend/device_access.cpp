@@ -84,7 +84,6 @@ class DeviceProgramsV2 final : public DeviceAccess {
 
   Result<DeviceState> observe(const std::string& cgroup_dir, const DesiredDevices& desired) override {
     seen_.reset();
-    cache_.wanted_sets().want(cgroup_dir, desired.wanted);
     auto snapshot = snapshot_device_programs(cgroup_dir, cache_, &dirs_);
     if (!snapshot) {
       // The query's error names the cgroup; a vanished cgroup is told apart by the directory.
@@ -94,8 +93,10 @@ class DeviceProgramsV2 final : public DeviceAccess {
     DeviceState state;
     state.programs = snapshot->all();
     state.missing = denied_by_programs(state.programs, desired.wanted);
-    // A grant follows at once when something is missing: it starts from this look.
+    // A grant follows at once when something is missing: it starts from this look, and
+    // records what the container wants once its devices are back.
     if (!state.missing.empty()) seen_ = Seen{cgroup_dir, std::move(*snapshot)};
+    else cache_.wanted_sets().want(cgroup_dir, desired.wanted);
     return state;
   }
 
@@ -116,6 +117,7 @@ class DeviceProgramsV2 final : public DeviceAccess {
     auto installed = repair_device_programs(cgroup_dir, wanted, cache_, seen);
     report.programs_loaded = cache_.wrapper_loads() - loads_before;
     seen_.reset();
+    cache_.wanted_sets().want(cgroup_dir, wanted);
     auto among = [](const std::vector<WantedDevice>& list, const WantedDevice& d) {
       return std::any_of(list.begin(), list.end(), [&](const WantedDevice& x) { return x.dev == d.dev; });
     };
