@@ -144,9 +144,8 @@ Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vecto
     const int fd = *loaded;
     return Wrapper{fd, id, std::shared_ptr<void>(nullptr, [fd](void*) { ::close(fd); })};
   }
-  auto copy = std::make_unique<Copy>();
-  *copy = Copy{*loaded, id, {{dir, now}}};
-  copy_by_id_[id] = copy.get();
+  auto copy = kept_copy(*loaded, id);
+  copy->seen[dir] = now;
   if (copies) {
     copies->push_back(std::move(copy));
     want_spare(key, *copies, added, inner);
@@ -181,16 +180,16 @@ bool DeviceProgramCache::load_one_ahead() {
     if (!fd) return false;
     ++wrapper_loads_;
     Copies copies;
-    copies.push_back(kept_copy(*fd));
+    copies.push_back(kept_copy(*fd, program_id(*fd)));
     for (const auto& dropped : wrappers_.add(std::move(due.key()), std::move(copies), max_wrappers_)) forget(dropped);
     return true;
   }
   return false;
 }
 
-std::unique_ptr<DeviceProgramCache::Copy> DeviceProgramCache::kept_copy(int fd) {
+std::unique_ptr<DeviceProgramCache::Copy> DeviceProgramCache::kept_copy(int fd, std::uint32_t id) {
   auto copy = std::make_unique<Copy>();
-  *copy = Copy{fd, program_id(fd), {}};
+  *copy = Copy{fd, id, {}};
   copy_by_id_[copy->id] = copy.get();
   return copy;
 }
@@ -219,7 +218,7 @@ std::size_t DeviceProgramCache::load_spares(Clock::time_point now) {
     auto fd = load_wrapper(wrap_device_program(spare.added, spare.inner), "a spare", 0);
     if (!fd) continue;
     ++wrapper_loads_;
-    copies->push_back(kept_copy(*fd));
+    copies->push_back(kept_copy(*fd, program_id(*fd)));
     ++loaded;
   }
   return loaded + (load_one_ahead() ? 1 : 0);

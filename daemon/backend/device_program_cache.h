@@ -132,8 +132,8 @@ class DeviceProgramCache {
   void want_ahead(const BpfCode& inner);
   // Loads one wrapper due ahead, if any; whether one was loaded.
   bool load_one_ahead();
-  // One loaded copy, unseen anywhere, as the cache keeps it.
-  std::unique_ptr<Copy> kept_copy(int fd);
+  // Loaded program `fd` (kernel id `id`) as a copy the cache keeps, unseen anywhere yet.
+  std::unique_ptr<Copy> kept_copy(int fd, std::uint32_t id);
 
   std::size_t max_programs_, max_wrappers_;
   Lru<std::uint32_t, AttachedDeviceProgram> programs_;

@@ -13,12 +13,10 @@ GaugeShare gauge_share(const WatchedContainer& w, const AllocationIndex& allocat
     s.gpu = true;
     for (const auto& [owner, n] : w.programs) s.programs[static_cast<std::size_t>(owner)] = static_cast<std::uint32_t>(n);
     s.missing = !w.repair.missing.empty();
-    s.problem = s.missing;
     s.throttled = w.repair.throttled;
     s.unresolved_cdi = static_cast<std::uint32_t>(w.target.desired.unresolved_cdi.size());
   } else if (w.target.kind == TargetKind::kUnidentified && allocations.pod_has_devices(w.cgroup.pod.pod_uid)) {
     s.unidentified = true;
-    s.problem = true;
   }
   return s;
 }
@@ -42,7 +40,7 @@ void GaugeTally::add(const WatchedContainer& w, const GaugeShare& s) {
   for (std::size_t owner = 0; owner < s.programs.size(); ++owner)
     if (s.programs[owner] > 0) sum_.programs[static_cast<ProgramOwner>(owner)] += s.programs[owner];
   if (s.identity_conflict) ++identity_problems_[s.identity_problem];
-  if (s.problem) problems_.insert_or_assign(w.cgroup.cgroup_dir, problem_of(w, s));
+  if (s.problem()) problems_.insert_or_assign(w.cgroup.cgroup_dir, problem_of(w, s));
 }
 
 void GaugeTally::subtract(const WatchedContainer& w, const GaugeShare& s) {
@@ -61,7 +59,7 @@ void GaugeTally::subtract(const WatchedContainer& w, const GaugeShare& s) {
     auto it = identity_problems_.find(s.identity_problem);
     if (it != identity_problems_.end() && --it->second == 0) identity_problems_.erase(it);
   }
-  if (s.problem) problems_.erase(w.cgroup.cgroup_dir);
+  if (s.problem()) problems_.erase(w.cgroup.cgroup_dir);
 }
 
 void GaugeTally::rebuild(ContainerTable& table, const AllocationIndex& allocations) {

@@ -27,7 +27,8 @@ namespace gdw {
 struct GaugeShare {
   bool counted = false;  // in the sums now
   bool gpu = false, missing = false, throttled = false, unidentified = false, identity_conflict = false;
-  bool problem = false;  // missing devices, or unidentified: listed for the node conditions
+  // Missing devices, or unidentified: listed for the node conditions.
+  bool problem() const { return missing || unidentified; }
   std::uint32_t unresolved_cdi = 0;
   std::array<std::uint32_t, static_cast<std::size_t>(ProgramOwner::kRuntime) + 1> programs{};  // by owner
   std::string identity_problem;  // with identity_conflict
