@@ -34,8 +34,6 @@ namespace gdw::bench {
 
 namespace detail {
 
-// The waiter: blocks in epoll_wait, notes when it returned, goes back to sleep. Killed by
-// its parent (by PID) when the measurement ends.
 // What the waiter and the waker share (MAP_SHARED): when it woke, and whether it got the
 // slice it asked for (kernels before 6.12 keep their default: the floor is then that one's).
 struct WakeShared {
@@ -43,6 +41,8 @@ struct WakeShared {
   std::atomic<int> slice_refused{0};
 };
 
+// The waiter: blocks in epoll_wait, notes when it returned, goes back to sleep. Killed by
+// its parent (by PID) when the measurement ends.
 [[noreturn]] inline void run_waiter(int event_fd, WakeShared* shared, std::uint32_t slice_us) {
   if (slice_us > 0 && !request_loop_slice(std::chrono::microseconds(slice_us))) shared->slice_refused.store(1);
   std::atomic<long long>* woke_at = &shared->woke_at;
