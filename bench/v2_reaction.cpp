@@ -31,11 +31,15 @@
 // Before each session every GPU container is put back to the runtime's policy, so every
 // build starts from the same state. The spinner busy-loops on one CPU (unless
 // --open-interval-us): on a 2-CPU machine the daemon has the other.
+// --cross-cpu 1 pins the bench, its spinners and the floor's waker to the last CPU and the
+// daemon and the floor's waiters to CPU 0 (bench/cpu_pinning.h): a many-core node's case,
+// where the daemon repairs on another CPU while the tenant keeps spinning on its own.
 //
 //   build/bench/v2_reaction [--containers 500] [--gpu-containers 128] [--gpus 8]
 //                           [--samples 300] [--gap-ms 100] [--load-hz 50] [--load-seconds 10]
 //                           [--rounds 1] [--versions v2,v1] [--spin-timeout-ms 15000]
 //                           [--open-interval-us 0 (a pause after each EPERM open; 0: busy)]
+//                           [--cross-cpu 0 (1: tenant and daemon pinned to different CPUs)]
 //                           [--daemon-extra YAML] [--daemon-binary PATH]
 //                           [--compare-daemon PATH (another build, run on the same nodes)]
 //                           (as root)
@@ -57,6 +61,7 @@
 #include "bench_signals.h"
 #include "bench_stats.h"
 #include "core/config.h"
+#include "cpu_pinning.h"
 #include "core/device_rule.h"
 #include "reappliers.h"
 #include "spinner.h"
@@ -160,7 +165,8 @@ void measure_cpu(Repairer& daemon, const Options& o, VersionFigures& f) {
 }
 
 void measure_reactions(BenchNode& node, const Options& o, int round, VersionFigures& f) {
-  WakeFloor floor(gdw::Config{}.daemon.event_loop_slice_us), floor_default(0);
+  const int waiter_cpu = o.cross_cpu ? 0 : -1;  // the daemon's CPU
+  WakeFloor floor(gdw::Config{}.daemon.event_loop_slice_us, waiter_cpu), floor_default(0, waiter_cpu);
   const std::vector<ReapplyStyle> styles =
       node.v2() ? std::vector<ReapplyStyle>{ReapplyStyle::kRuncV2, ReapplyStyle::kSystemdV2}
                 : std::vector<ReapplyStyle>{ReapplyStyle::kOldRuncV1};
@@ -188,6 +194,7 @@ void run_session(BenchNode& node, const std::string& binary, const Options& o, i
   node.reset();
   Daemon daemon(node.sandbox(), binary, o.daemon_extra);
   if (!daemon.start()) throw std::runtime_error(binary + " did not start:\n" + daemon.output());
+  if (o.cross_cpu && !pin_process(daemon.pid(), 0)) throw std::runtime_error("cannot pin the daemon to CPU 0");
   if (say_probe) {
     std::istringstream log(daemon.output());
     for (std::string line; std::getline(log, line);)
@@ -232,7 +239,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
       {"--containers", &o.containers}, {"--gpu-containers", &o.gpu_containers}, {"--gpus", &o.gpus},
       {"--samples", &o.samples},       {"--gap-ms", &o.gap_ms},                 {"--load-hz", &o.load_hz},
       {"--load-seconds", &o.load_seconds}, {"--rounds", &o.rounds},           {"--spin-timeout-ms", &o.spin_timeout_ms},
-      {"--open-interval-us", &o.open_interval_us}};
+      {"--open-interval-us", &o.open_interval_us}, {"--cross-cpu", &o.cross_cpu}};
   const std::map<std::string, std::string*> strings = {{"--daemon-extra", &o.daemon_extra},
                                                        {"--daemon-binary", &o.daemon_binary},
                                                        {"--compare-daemon", &o.compare_daemon}};
@@ -291,11 +298,18 @@ int main(int argc, char** argv) {
                          "/sys/fs/cgroup on a pure v2 host) and a writable v1 devices hierarchy (v1)\n");
     return 2;
   }
+  if (o.cross_cpu && (last_cpu() == 0 || !pin_thread(0, last_cpu()))) {
+    std::fprintf(stderr, "v2_reaction: --cross-cpu needs two CPUs this process may use\n");
+    return 2;
+  }
   install_interrupt_handlers();
   print_run_header(argc, argv);
   std::printf("per node and build: idle CPU over %d s, CPU over %d s of %d unrelated loads/s, then %d re-applies per "
               "style %d ms apart (spinner: %d µs between EPERM opens); %d round(s)\n",
               o.load_seconds, o.load_seconds, o.load_hz, o.samples, o.gap_ms, o.open_interval_us, o.rounds);
+  if (o.cross_cpu)
+    std::printf("cross-CPU: the daemon and the floor's waiters on CPU 0; this bench, its spinners and loads on CPU %d\n",
+                last_cpu());
   BuildFigures measured, compared;
   try {
     if (o.v2) run_version(true, o, measured, compared);

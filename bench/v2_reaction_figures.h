@@ -18,6 +18,7 @@ namespace gdw::bench::v2_reaction {
 struct Options {
   int containers = 500, gpu_containers = 128, gpus = 8, samples = 300, gap_ms = 100;
   int load_hz = 50, load_seconds = 10, rounds = 1, spin_timeout_ms = 15000, open_interval_us = 0;
+  int cross_cpu = 0;  // 1: the tenant on the last CPU, the daemon on CPU 0 (cpu_pinning.h)
   bool v2 = true, v1 = true;
   std::string daemon_extra;
   std::string daemon_binary = GDW_BINARY;

@@ -28,6 +28,7 @@
 #include <stdexcept>
 
 #include "bench_stats.h"
+#include "cpu_pinning.h"
 #include "watch/loop_slice.h"
 
 namespace gdw::bench {
@@ -43,7 +44,8 @@ struct WakeShared {
 
 // The waiter: blocks in epoll_wait, notes when it returned, goes back to sleep. Killed by
 // its parent (by PID) when the measurement ends.
-[[noreturn]] inline void run_waiter(int event_fd, WakeShared* shared, std::uint32_t slice_us) {
+[[noreturn]] inline void run_waiter(int event_fd, WakeShared* shared, std::uint32_t slice_us, int cpu) {
+  if (cpu >= 0 && !pin_thread(0, cpu)) _exit(1);
   if (slice_us > 0 && !request_loop_slice(std::chrono::microseconds(slice_us))) shared->slice_refused.store(1);
   std::atomic<long long>* woke_at = &shared->woke_at;
   const int ep = ::epoll_create1(EPOLL_CLOEXEC);
@@ -64,10 +66,11 @@ struct WakeShared {
 
 // The waiter, for as long as this lives (killed by PID and reaped when it goes). `slice_us`:
 // the scheduler slice it asks for as the daemon's event loop does (watch/loop_slice.h,
-// daemon.event_loop_slice_us); 0, the kernel's default.
+// daemon.event_loop_slice_us); 0, the kernel's default. `waiter_cpu`: the CPU it is pinned
+// to (the daemon's, in the bench's cross-CPU mode); -1: any.
 class WakeFloor {
  public:
-  explicit WakeFloor(std::uint32_t slice_us) {
+  explicit WakeFloor(std::uint32_t slice_us, int waiter_cpu = -1) {
     void* mapped = ::mmap(nullptr, sizeof(detail::WakeShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mapped == MAP_FAILED) throw std::runtime_error("wake floor: mmap failed");
     shared_ = new (mapped) detail::WakeShared;
@@ -75,7 +78,7 @@ class WakeFloor {
     if (event_fd_ < 0) throw std::runtime_error("wake floor: eventfd failed");
     waiter_ = ::fork();
     if (waiter_ < 0) throw std::runtime_error("wake floor: fork failed");
-    if (waiter_ == 0) detail::run_waiter(event_fd_, shared_, slice_us);
+    if (waiter_ == 0) detail::run_waiter(event_fd_, shared_, slice_us, waiter_cpu);
   }
   ~WakeFloor() {
     if (waiter_ > 0) {
