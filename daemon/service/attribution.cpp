@@ -116,17 +116,20 @@ const Revocation* Attribution::program_loader(Clock::time_point now) const {
   return program_loader_ && explains(program_loader_->at, now) ? &*program_loader_ : nullptr;
 }
 
-std::optional<std::pair<WatchedContainer*, Revocation>> Attribution::program_change(const DeviceProgramEvent& ev) {
-  if (ev.caller.pid == own_pid_ || ev.result < 0) return std::nullopt;
+WatchedContainer* Attribution::program_change(const DeviceProgramEvent& ev) {
+  if (ev.caller.pid == own_pid_ || ev.result < 0) return nullptr;
   WatchedContainer* w = containers_.by_cgroup_id(ev.target_cgroup_id);
-  if (!w || !w->is_gpu()) return std::nullopt;
+  return w && w->is_gpu() ? w : nullptr;
+}
+
+Revocation Attribution::program_change_cause(const DeviceProgramEvent& ev) {
   const std::string action =
       std::string(program_command_text(ev.command)) + " device program " + std::to_string(ev.prog_id);
   // The executable is read once the repair has granted (explain_drift): a readlink of
   // /proc/<pid>/exe walks /proc, a large share of the syscall time before the attach. The
   // attacher normally still runs then (runc and systemd detach old programs after the
   // attach); one gone by then is named from its comms, as a gone writer always was.
-  return std::pair{w, revocation(ev.caller, action, ev.ktime_ns, /*read_exe=*/false)};
+  return revocation(ev.caller, action, ev.ktime_ns, /*read_exe=*/false);
 }
 
 void Attribution::explain_drift(WatchedContainer& w, const std::vector<WantedDevice>& drifted,

@@ -36,9 +36,12 @@ class Attribution {
   bool program_load(const DeviceProgramLoadEvent& ev);
   // The latest program load, while it can still explain a repair triggered now.
   const Revocation* program_loader(Clock::time_point now) const;
-  // An attach/detach/link change of a device program on a GPU container, by someone else:
-  // the container and what was done, handed to its repair as the cause.
-  std::optional<std::pair<WatchedContainer*, Revocation>> program_change(const DeviceProgramEvent& ev);
+  // An attach/detach/link change of a device program: the GPU container it is on, when
+  // someone else made it and it succeeded (O(1): the record is read on the reaction's path).
+  WatchedContainer* program_change(const DeviceProgramEvent& ev);
+  // The cause such a change hands to its container's repair: put together once that
+  // repair has found something missing, after its grant (the executable later still).
+  Revocation program_change_cause(const DeviceProgramEvent& ev);
 
   // A check of `w` found `drifted` newly missing after a trigger at `trigger`: names the
   // cause (handed in, or a pending write that explains it) on the container and counts it.

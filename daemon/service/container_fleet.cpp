@@ -149,6 +149,7 @@ void ContainerFleet::on_container_events() {
   // A revoking write's probe record is taken at its permission check, so it is already
   // waiting: read what waits first (at most one budget) so the repair names the writer.
   act(probe_.drain(access_ && access_->policy_in_programs()));
+  probe_.report_record_delays();
   if (events.overflow) {
     log::warn("inotify queue overflowed; scanning the kubepods tree again");
     const auto start = Clock::now();
@@ -177,7 +178,10 @@ void ContainerFleet::on_container_events() {
     gauges_moved();
 }
 
-void ContainerFleet::on_probe_records() { act(probe_.drain(access_ && access_->policy_in_programs())); }
+void ContainerFleet::on_probe_records() {
+  act(probe_.drain(access_ && access_->policy_in_programs()));
+  probe_.report_record_delays();
+}
 
 void ContainerFleet::act(ProbeBatch batch) {
   for (std::uint64_t id : batch.named)
@@ -187,7 +191,7 @@ void ContainerFleet::act(ProbeBatch batch) {
   for (const auto& change : batch.program_changes) {
     // Named only if the change leaves wanted devices denied.
     if (WatchedContainer* w = containers_.by_cgroup_id(change.cgroup_id))
-      moved |= check(*w, Clock::now(), &change.cause);
+      moved |= check(*w, Clock::now(), {.program_change = &change.change});
   }
   if (moved) gauges_moved();
   for (const auto& created : batch.created) {
@@ -211,7 +215,7 @@ void ContainerFleet::sweep_programs() {
   if (!access_ || !access_->policy_in_programs()) return;
   const Revocation* cause = attribution_.program_loader(Clock::now());
   for (const auto& dir : containers_.dirs([](const WatchedContainer& w) { return w.is_gpu(); }))
-    if (WatchedContainer* w = containers_.find(dir)) check(*w, Clock::now(), cause);
+    if (WatchedContainer* w = containers_.find(dir)) check(*w, Clock::now(), {.revocation = cause});
   update_gauges();
   if (++program_sweep_step_ < std::size(kProgramSweep))
     arm_timer(program_sweep_timer_, kProgramSweep[program_sweep_step_] - kProgramSweep[program_sweep_step_ - 1],
@@ -332,7 +336,7 @@ bool ContainerFleet::check_ids(Clock::time_point trigger, const std::vector<std:
   return moved;
 }
 
-bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const Revocation* cause) {
+bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause) {
   if (!access_ || !w.is_gpu()) return false;
   const auto before = w.repair_gauge_inputs();
   CheckOutcome outcome = repair_.check(*access_, w, trigger, cause);

@@ -88,7 +88,7 @@ class ContainerFleet final : public ContainerLister {
   void stop_watching(WatchedContainer& w);
   // One check of `w` and what its outcome asks for. true: what the gauges count moved, or
   // the container went.
-  bool check(WatchedContainer& w, Clock::time_point trigger, const Revocation* cause = nullptr);
+  bool check(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause = {});
   bool check_ids(Clock::time_point trigger, const std::vector<std::uint64_t>& cgroup_ids);
   bool check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs);
   void schedule_retry(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger);

@@ -240,16 +240,11 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
           if (!policy_in_programs) return;
           record_read(e.ktime_ns);
           // A change on crun's sub-cgroup is a change of its container.
-          auto owner = subgroup_owner_.find(e.target_cgroup_id);
-          if (owner == subgroup_owner_.end()) {
-            if (auto change = attribution_.program_change(e))
-              batch.program_changes.push_back({change->first->cgroup_id, std::move(change->second)});
-            return;
-          }
           DeviceProgramEvent on_container = e;
-          on_container.target_cgroup_id = owner->second;
-          if (auto change = attribution_.program_change(on_container))
-            batch.program_changes.push_back({change->first->cgroup_id, std::move(change->second)});
+          if (auto owner = subgroup_owner_.find(e.target_cgroup_id); owner != subgroup_owner_.end())
+            on_container.target_cgroup_id = owner->second;
+          if (WatchedContainer* w = attribution_.program_change(on_container))
+            batch.program_changes.push_back({w->cgroup_id, std::move(on_container)});
         }
       },
       ev);
@@ -257,7 +252,14 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
 
 void ProbeLink::record_read(std::uint64_t ktime_ns) {
   const std::chrono::duration<double> delay = Clock::now() - probe_time(ktime_ns);
-  metrics_.record_delay(std::max(delay.count(), 0.0));
+  // A drain reads one budget: kept to that, should an owner not report in between.
+  if (unreported_delays_s_.size() >= static_cast<std::size_t>(kProbeRecordsPerTurn)) report_record_delays();
+  unreported_delays_s_.push_back(std::max(delay.count(), 0.0));
+}
+
+void ProbeLink::report_record_delays() {
+  for (double delay : unreported_delays_s_) metrics_.record_delay(delay);
+  unreported_delays_s_.clear();  // keeps its capacity: no allocation on the next drain
 }
 
 void ProbeLink::on_denied_open(const DeniedOpenEvent& ev) {

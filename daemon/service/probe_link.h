@@ -35,10 +35,11 @@ struct ProbeBatch {
   // it can go out.
   std::vector<std::uint64_t> named;
   // A device program attach/detach by someone else on a GPU container (cgroup v2): check
-  // it now, naming `cause` if devices are found newly missing.
+  // it now, naming whoever made `change` if devices are found newly missing (its
+  // target_cgroup_id is the container's, also for a change on crun's sub-cgroup of it).
   struct ProgramChange {
     std::uint64_t cgroup_id;
-    Revocation cause;
+    DeviceProgramEvent change;
   };
   std::vector<ProgramChange> program_changes;
   // A device program was loaded by someone else (cgroup v2, without the syscall hook):
@@ -77,6 +78,10 @@ class ProbeLink {
   // `policy_in_programs`: the node's device policy is in device programs (cgroup v2), where
   // program loads and attaches can revoke.
   ProbeBatch drain(bool policy_in_programs);
+  // The delays of the trigger records drain() read, into their histogram: called by the
+  // owner once it has acted on the batch (a histogram's lock and buckets are not on the
+  // reaction's path).
+  void report_record_delays();
   // A GPU container: its cgroup and its devices' nodes are watched from now on.
   void watch(const WatchedContainer& w);
   void unwatch(const WatchedContainer& w);
@@ -97,7 +102,8 @@ class ProbeLink {
   Result<EventSource> start_counters_timer();
   void on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBatch& batch);
   void on_denied_open(const DeniedOpenEvent& ev);
-  // A repair trigger's record (rule write, program change) read now: its delay is counted.
+  // A repair trigger's record (rule write, program change) read now: its delay is noted
+  // for report_record_delays().
   void record_read(std::uint64_t ktime_ns);
   // Adds what the probe counted in the kernel (denied opens of non-GPU paths) to metrics.
   void collect_other_denied_opens();
@@ -121,6 +127,7 @@ class ProbeLink {
   std::set<std::string> paths_;
   EventSource counters_timer_;
   bool hook_attached_since_collect_ = false;  // the hook counted opens since the last collection
+  std::vector<double> unreported_delays_s_;     // record_read() → report_record_delays()
 };
 
 }  // namespace gdw

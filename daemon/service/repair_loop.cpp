@@ -5,9 +5,10 @@
 namespace gdw {
 namespace {
 
-void count_programs(WatchedContainer& w, const std::vector<AttachedDeviceProgram>& programs) {
+void count_programs(WatchedContainer& w, const ProgramCounts& programs) {
   w.programs.clear();
-  for (const auto& p : programs) ++w.programs[p.owner];
+  for (ProgramOwner owner : {ProgramOwner::kOurs, ProgramOwner::kSystemd, ProgramOwner::kRuntime})
+    if (const std::size_t n = programs[static_cast<std::size_t>(owner)]) w.programs[owner] = n;
 }
 
 void earliest(std::optional<Clock::time_point>& at, const std::optional<Clock::time_point>& other) {
@@ -17,7 +18,7 @@ void earliest(std::optional<Clock::time_point>& at, const std::optional<Clock::t
 }  // namespace
 
 CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock::time_point trigger,
-                               const Revocation* cause) {
+                               const CheckCause& cause) {
   CheckOutcome out;
   const auto now = Clock::now();
   if (held_back(w.repair, w.retry_armed_at(), now)) return out;
@@ -37,7 +38,11 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
   }
   count_programs(w, step.observed->programs);
   for (const auto& d : step.plan.drifted) metrics_.drift(w.labels, d.name);
-  attribution_.explain_drift(w, step.plan.drifted, trigger, cause);
+  std::optional<Revocation> change_cause;
+  const Revocation* named = cause.revocation;
+  if (!named && cause.program_change && !step.plan.drifted.empty())
+    named = &change_cause.emplace(attribution_.program_change_cause(*cause.program_change));
+  attribution_.explain_drift(w, step.plan.drifted, trigger, named);
   report_.plan(w, step);
   earliest(out.retry_at, step.plan.retry_at);
   if (!step.applied) return out;

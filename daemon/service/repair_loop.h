@@ -34,6 +34,14 @@ struct CheckOutcome {
   bool prepare_next_grant = false;
 };
 
+// Who a check names if it finds devices newly missing: a revocation already known, or a
+// device program change (probe record) whose revocation is put together only then, after
+// the grant: nothing of it on the reaction's path.
+struct CheckCause {
+  const Revocation* revocation = nullptr;
+  const DeviceProgramEvent* program_change = nullptr;
+};
+
 class RepairLoop {
  public:
   RepairLoop(const Config& config, const RepairSettings& settings, EventLoop& loop, ContainerTable& containers,
@@ -46,7 +54,7 @@ class RepairLoop {
   // One check of `w`. `cause`: who changed its device access, when the caller knows;
   // named for devices this check finds newly missing.
   CheckOutcome check(DeviceAccess& access, WatchedContainer& w, Clock::time_point trigger,
-                     const Revocation* cause = nullptr);
+                     const CheckCause& cause = {});
   // The probe just named who revoked `w`'s devices: a log line waiting for it goes out.
   void revocation_named(WatchedContainer& w) { report_.named(w); }
   // A call adding `devices` to the DeviceAllow= of `w`'s scope started / was answered.

@@ -72,8 +72,8 @@ class RepairLoopTest : public ::testing::Test {
     loop->run();
   }
   // One check, as the fleet runs it; what it asks for is recorded.
-  bool check(const Revocation* cause = nullptr) { return check_at(Clock::now(), cause); }
-  bool check_at(Clock::time_point trigger, const Revocation* cause = nullptr) {
+  bool check(const CheckCause& cause = {}) { return check_at(Clock::now(), cause); }
+  bool check_at(Clock::time_point trigger, const CheckCause& cause = {}) {
     CheckOutcome outcome = repair->check(access, *w, trigger, cause);
     const auto now = Clock::now();
     EXPECT_TRUE(outcome.granted.empty()) << "no systemd scope here: nothing to persist";
@@ -180,13 +180,13 @@ TEST_F(RepairLoopTest, TheCauseHandedInIsNamedAndCountedOnlyWhenSomethingWentMis
   Revocation cause;
   cause.writer = "runc";
   cause.at = Clock::now();
-  check(&cause);
+  check({.revocation = &cause});
   EXPECT_FALSE(w->last_revocation) << "nothing missing: the change revoked nothing";
   EXPECT_EQ(metric("gpu_devwatch_revocations_total"), 0);
 
   access.allowed[kDir] = {kCtl.dev};
   const auto trigger = Clock::now();
-  check_at(trigger, &cause);
+  check_at(trigger, {.revocation = &cause});
   ASSERT_TRUE(w->last_revocation);
   EXPECT_EQ(w->last_revocation->writer, "runc");
   EXPECT_EQ(w->last_revocation->cause_of, trigger);
@@ -196,15 +196,15 @@ TEST_F(RepairLoopTest, TheCauseHandedInIsNamedAndCountedOnlyWhenSomethingWentMis
 TEST_F(RepairLoopTest, AProgramAttachersExecutableIsReadByTheRepairNotBeforeIt) {
   Attacher attacher;
   ASSERT_GT(attacher.pid(), 0);
-  auto change = attribution.program_change(attach_by(attacher.pid()));
-  ASSERT_TRUE(change);
-  EXPECT_EQ(change->first, w);
+  const DeviceProgramEvent change = attach_by(attacher.pid());
+  EXPECT_EQ(attribution.program_change(change), w);
   // Nothing read while the probe's records are drained: the grant comes first.
-  EXPECT_TRUE(change->second.exe.empty());
-  EXPECT_EQ(change->second.writer, "runc") << "named from its comm until then";
+  const Revocation before_the_grant = attribution.program_change_cause(change);
+  EXPECT_TRUE(before_the_grant.exe.empty());
+  EXPECT_EQ(before_the_grant.writer, "runc") << "named from its comm until then";
 
   access.allowed[kDir] = {kCtl.dev};
-  check(&change->second);
+  check({.program_change = &change});
   EXPECT_EQ(access.allowed[kDir].count(kGpu0.dev), 1u);
   ASSERT_TRUE(w->last_revocation);
   EXPECT_EQ(w->last_revocation->exe, own_exe()) << "the attacher's executable (this test, forked)";
@@ -212,14 +212,24 @@ TEST_F(RepairLoopTest, AProgramAttachersExecutableIsReadByTheRepairNotBeforeIt) 
   EXPECT_EQ(metric("gpu_devwatch_revocations_total", {{"writer", "runc"}}), 1);
 }
 
+TEST_F(RepairLoopTest, AProgramChangeThatTookNothingAwayNamesNobody) {
+  Attacher attacher;
+  ASSERT_GT(attacher.pid(), 0);
+  const DeviceProgramEvent change = attach_by(attacher.pid());
+  access.allowed[kDir] = {kGpu0.dev, kCtl.dev};
+  check({.program_change = &change});
+  EXPECT_FALSE(w->last_revocation);
+  EXPECT_EQ(metric("gpu_devwatch_revocations_total"), 0);
+}
+
 TEST_F(RepairLoopTest, AnAttacherGoneBeforeTheRepairIsNamedFromItsComm) {
   Attacher attacher;
   ASSERT_GT(attacher.pid(), 0);
-  auto change = attribution.program_change(attach_by(attacher.pid()));
-  ASSERT_TRUE(change);
+  const DeviceProgramEvent change = attach_by(attacher.pid());
+  ASSERT_EQ(attribution.program_change(change), w);
   attacher.end();
   access.allowed[kDir] = {kCtl.dev};
-  check(&change->second);
+  check({.program_change = &change});
   ASSERT_TRUE(w->last_revocation);
   EXPECT_TRUE(w->last_revocation->exe.empty());
   EXPECT_EQ(w->last_revocation->writer, "runc");
