@@ -91,8 +91,8 @@ class DeviceProgramsV2 final : public DeviceAccess {
       return errno_error(code, "cannot query the device programs: " + snapshot.error().message);
     }
     DeviceState state;
-    state.programs = snapshot->all();
-    state.missing = denied_by_programs(state.programs, desired.wanted);
+    state.programs = snapshot->count_by_owner();
+    state.missing = snapshot->denied(desired.wanted);
     // A grant follows at once when something is missing: it starts from this look, and
     // records what the container wants once its devices are back.
     if (!state.missing.empty()) seen_ = Seen{cgroup_dir, std::move(*snapshot)};
@@ -139,7 +139,7 @@ class DeviceProgramsV2 final : public DeviceAccess {
     }
     report.summary = describe(*installed);
     report.programs_replaced = installed->replaced.size() + installed->detached;
-    report.programs_now = installed->now;
+    report.programs_now = count_by_owner(installed->now);
     for (const auto& left : installed->left_attached)
       report.warnings.push_back("device program " + std::to_string(left.program.id) + " (" + left.program.name +
                                 ") denies a wanted device and stays attached: " + left.reason);

@@ -22,8 +22,8 @@
 namespace gdw {
 
 struct DeviceState {
-  std::vector<WantedDevice> missing;            // wanted devices the policy denies now
-  std::vector<AttachedDeviceProgram> programs;  // device programs attached (none on v1)
+  std::vector<WantedDevice> missing;  // wanted devices the policy denies now
+  ProgramCounts programs{};           // device programs attached, by owner (none on v1)
 };
 
 struct GrantReport {
@@ -35,7 +35,7 @@ struct GrantReport {
   std::vector<std::string> warnings;
   std::size_t programs_replaced = 0;
   std::size_t programs_loaded = 0;  // v2: wrappers loaded while the grant ran (a verifier run each)
-  std::optional<std::vector<AttachedDeviceProgram>> programs_now;  // when the grant re-read them
+  std::optional<ProgramCounts> programs_now;  // by owner, when the grant re-read them
   std::optional<Error> failure;  // the whole grant failed (the outcomes carry it too)
 };
 

@@ -123,12 +123,9 @@ Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vecto
   std::string key = wrapper_key(packed_device_set(added), inner);
   Copies* copies = wrappers_.find(key);
   if (copies) {
-    // Every copy forgets what is older than kReuseAfter here, so that the cgroups of
-    // containers long gone do not pile up in copies this call would not reach.
-    for (const auto& c : *copies)
-      std::erase_if(c->seen, [&](const auto& kv) { return now - kv.second >= kReuseAfter; });
     for (const auto& c : *copies) {
-      if (!c->seen.count(dir)) {
+      prune_seen(*c, now);
+      if (auto it = c->seen.find(dir); it == c->seen.end() || now - it->second >= kReuseAfter) {
         c->seen[dir] = now;
         want_spare(key, *copies, added, inner);
         return Wrapper{c->fd, c->id, nullptr};
@@ -192,6 +189,12 @@ std::unique_ptr<DeviceProgramCache::Copy> DeviceProgramCache::kept_copy(int fd, 
   *copy = Copy{fd, id, {}};
   copy_by_id_[copy->id] = copy.get();
   return copy;
+}
+
+void DeviceProgramCache::prune_seen(Copy& copy, Clock::time_point now) {
+  if (copy.seen.size() < copy.prune_at) return;
+  std::erase_if(copy.seen, [&](const auto& kv) { return now - kv.second >= kReuseAfter; });
+  copy.prune_at = std::max(kPruneSeenAt, 2 * copy.seen.size());
 }
 
 void DeviceProgramCache::want_spare(const std::string& key, const Copies& copies,

@@ -117,7 +117,13 @@ class DeviceProgramCache {
     int fd = -1;
     std::uint32_t id = 0;
     std::unordered_map<std::string, Clock::time_point> seen;  // cgroup dir → when
+    std::size_t prune_at = kPruneSeenAt;                      // prune_seen()
   };
+  // The cgroups of containers long gone must not pile up in `seen`, but a repair should
+  // not walk it either: it is pruned of what is older than kReuseAfter once it has doubled
+  // since the last time (amortized O(1) per hand-out; load_spares() prunes too).
+  static constexpr std::size_t kPruneSeenAt = 64;
+  static void prune_seen(Copy& copy, Clock::time_point now);
   using Copies = std::vector<std::unique_ptr<Copy>>;
   void forget(const Copies& copies);
   // After `copies` (of `key`) handed one out: a spare is due when no copy is unseen.

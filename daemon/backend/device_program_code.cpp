@@ -267,6 +267,15 @@ Verdict program_allows(const BpfCode& code, const DeviceNumber& dev, std::uint8_
   return result;
 }
 
+Verdict SharedBpfCode::allows(const DeviceNumber& dev, std::uint8_t access) const {
+  if (!held_) return program_allows(get(), dev, access);
+  for (const Judged& j : held_->judged)
+    if (j.access == access && j.dev == dev) return j.verdict;
+  const Verdict v = program_allows(held_->code, dev, access);
+  if (held_->judged.size() < kMaxJudged) held_->judged.push_back({dev, access, v});
+  return v;
+}
+
 std::optional<std::string> not_reloadable(const BpfCode& code) {
   for (std::size_t pc = 0; pc < code.size(); ++pc) {
     const bpf_insn& i = code[pc];

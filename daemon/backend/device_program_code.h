@@ -29,6 +29,7 @@
 #include <linux/bpf.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,49 @@ namespace gdw {
 
 using BpfCode = std::vector<bpf_insn>;
 
+enum class Verdict { kAllow, kDeny, kUnknown };
+std::string to_string(Verdict v);
+
+// Instructions shared by every copy of one program's description: a look copies a
+// description several times on a reaction's path (the cache, the look, the plan), and the
+// instructions are its largest part. Immutable once set; reads as a `const BpfCode&`.
+class SharedBpfCode {
+ public:
+  SharedBpfCode() = default;
+  SharedBpfCode(BpfCode code)  // NOLINT(google-explicit-constructor): assigned as a BpfCode
+      : held_(code.empty() ? nullptr : std::make_shared<const Held>(std::move(code))) {}
+  operator const BpfCode&() const { return get(); }  // NOLINT(google-explicit-constructor)
+  const BpfCode& get() const {
+    static const BpfCode kNone;
+    return held_ ? held_->code : kNone;
+  }
+  bool empty() const { return !held_; }
+  std::size_t size() const { return get().size(); }
+  BpfCode::const_iterator begin() const { return get().begin(); }
+  BpfCode::const_iterator end() const { return get().end(); }
+  void clear() { held_.reset(); }
+
+  // program_allows() on these instructions, each answer remembered with them: every look
+  // at a container judges its programs again (a wrapper of ours stays attached across
+  // re-applies), and a repair's plan judges what its look just did. Like the descriptions
+  // holding it, for one thread (the event loop's).
+  Verdict allows(const DeviceNumber& dev, std::uint8_t access) const;
+
+ private:
+  struct Judged {
+    DeviceNumber dev;
+    std::uint8_t access;
+    Verdict verdict;
+  };
+  static constexpr std::size_t kMaxJudged = 64;  // past that, answers are not kept
+  struct Held {
+    explicit Held(BpfCode c) : code(std::move(c)) {}
+    BpfCode code;
+    mutable std::vector<Judged> judged;
+  };
+  std::shared_ptr<const Held> held_;
+};
+
 // One instruction from its fields (registers 0..10): how the wrapper's code is written here,
 // and how tests write programs of their own.
 bpf_insn insn(std::uint8_t code, std::uint8_t dst, std::uint8_t src, std::int16_t off, std::int32_t imm);
@@ -48,9 +92,6 @@ bpf_insn insn(std::uint8_t code, std::uint8_t dst, std::uint8_t src, std::int16_
 inline constexpr std::int32_t kWrapperMagic = 0x67647701;
 // The most devices one wrapper allows: far above any container's allocation.
 inline constexpr std::size_t kMaxWrappedDevices = 1024;
-
-enum class Verdict { kAllow, kDeny, kUnknown };
-std::string to_string(Verdict v);
 
 // What the kernel's run of `code` returns for one access (`access`: kAccess* bits as one
 // request, e.g. read|write for an O_RDWR open). kUnknown when the run reaches an

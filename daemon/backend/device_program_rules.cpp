@@ -36,7 +36,7 @@ bool oci_rules_allow(const std::vector<OciDeviceCgroupRule>& rules, const Device
 
 bool program_denies(const AttachedDeviceProgram& program, const WantedDevice& want) {
   if (program.code.empty()) return true;
-  return program_allows(program.code, want.dev, want.access) != Verdict::kAllow;
+  return program.code.allows(want.dev, want.access) != Verdict::kAllow;
 }
 
 std::vector<WantedDevice> denied_by_programs(const std::vector<AttachedDeviceProgram>& attached,
@@ -47,6 +47,33 @@ std::vector<WantedDevice> denied_by_programs(const std::vector<AttachedDevicePro
                     [&](const AttachedDeviceProgram& p) { return program_denies(p, want); }))
       denied.push_back(want);
   return denied;
+}
+
+ProgramCounts count_by_owner(const std::vector<AttachedDeviceProgram>& programs) {
+  ProgramCounts counts{};
+  for (const auto& p : programs) ++counts[static_cast<std::size_t>(p.owner)];
+  return counts;
+}
+
+ProgramCounts DeviceProgramsSnapshot::count_by_owner() const {
+  ProgramCounts counts{};
+  for (const auto& cg : cgroups) {
+    const ProgramCounts here = gdw::count_by_owner(cg.programs);
+    for (std::size_t i = 0; i < counts.size(); ++i) counts[i] += here[i];
+  }
+  return counts;
+}
+
+std::vector<WantedDevice> DeviceProgramsSnapshot::denied(const std::vector<WantedDevice>& wanted) const {
+  std::vector<WantedDevice> out;
+  for (const auto& want : wanted) {
+    const bool denies = std::any_of(cgroups.begin(), cgroups.end(), [&](const Cgroup& cg) {
+      return std::any_of(cg.programs.begin(), cg.programs.end(),
+                         [&](const AttachedDeviceProgram& p) { return program_denies(p, want); });
+    });
+    if (denies) out.push_back(want);
+  }
+  return out;
 }
 
 namespace {
@@ -61,6 +88,7 @@ bool same_devices(const std::vector<WantedDevice>& a, const std::vector<WantedDe
 }
 
 bool same_code(const BpfCode& a, const BpfCode& b) {
+  if (&a == &b) return true;  // one shared copy (SharedBpfCode)
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const bpf_insn& x, const bpf_insn& y) {
            return x.code == y.code && x.dst_reg == y.dst_reg && x.src_reg == y.src_reg && x.off == y.off &&
                   x.imm == y.imm;

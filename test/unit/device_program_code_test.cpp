@@ -105,6 +105,35 @@ TEST(DeviceProgramCode, RunsRuncsInstructionShapes) {
   EXPECT_FALSE(not_reloadable(runc));
 }
 
+// The shared instructions of a description answer as the instructions do, for every copy,
+// the same question asked again, and past the answers they keep.
+TEST(SharedBpfCode, AnswersAsTheInstructionsDoForEveryCopy) {
+  const std::vector<OciDeviceCgroupRule> rules = {
+      {false, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}},
+      {true, DeviceRule{DeviceType::kChar, 195, kAnyNumber, kAccessReadWrite}},
+      {false, DeviceRule{DeviceType::kChar, 195, 3, kAccessWrite}},
+      {true, DeviceRule{DeviceType::kChar, 1, 3, kAccessAll}}};
+  const BpfCode code = compile_device_rules(rules);
+  const SharedBpfCode shared(code);
+  const SharedBpfCode copy = shared;
+  EXPECT_EQ(&copy.get(), &shared.get()) << "one buffer for both";
+  int asked = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (std::uint32_t minor = 0; minor < 40; ++minor) {  // 120 questions: more than it keeps
+      for (std::uint8_t access : {kAccessRead, kAccessReadWrite, kAccessAll}) {
+        const DeviceNumber dev{DeviceType::kChar, 195, minor};
+        const SharedBpfCode& asker = (minor + round) % 2 ? copy : shared;
+        ASSERT_EQ(asker.allows(dev, access), program_allows(code, dev, access)) << minor << " " << int(access);
+        ++asked;
+      }
+    }
+  }
+  EXPECT_EQ(asked, 240);
+  EXPECT_EQ(shared.allows({DeviceType::kChar, 195, 3}, kAccessReadWrite), Verdict::kDeny);
+  EXPECT_EQ(shared.allows({DeviceType::kChar, 195, 3}, kAccessRead), Verdict::kAllow);
+  EXPECT_EQ(SharedBpfCode().allows({DeviceType::kChar, 195, 0}, kAccessRead), Verdict::kUnknown) << "no instructions";
+}
+
 TEST(DeviceProgramCode, WhatItCannotFollowIsUnknownNotAGuess) {
   const bpf_insn exit0[] = {insn(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 0), insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)};
   const DeviceNumber gpu{DeviceType::kChar, 195, 0};

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/config.h"
+#include "runtime/cgroup_names.h"
 
 namespace gdw {
 namespace {
@@ -101,6 +102,27 @@ TEST(DeniedByPrograms, AProgramWithoutReadableCodeDenies) {
   AttachedDeviceProgram unreadable;
   unreadable.id = 3;
   EXPECT_EQ(denied_by_programs({unreadable}, {want(kGpu0)}).size(), 1u);
+}
+
+TEST(DeviceProgramsSnapshot, ALookDeniesWhatAnyProgramInEitherCgroupDenies) {
+  // A crun container: its own cgroup's program allows both GPUs, crun's sub-cgroup's
+  // denies GPU 1; both run for the container's processes.
+  DeviceProgramsSnapshot look;
+  look.cgroups.push_back({"", 0, {program(ProgramOwner::kSystemd, 4, {allow(DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll)})}, nullptr});
+  look.cgroups.push_back({kCrunSubgroup, 0,
+                          {program(ProgramOwner::kRuntime, 5, {kDenyAll, allow(DeviceType::kChar, 195, 0, kAccessAll)}),
+                           program(ProgramOwner::kOurs, 6, {allow(DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll)})},
+                          nullptr});
+  EXPECT_EQ(look.denied({want(kGpu0), want(kGpu1)}), std::vector<WantedDevice>{want(kGpu1)});
+  EXPECT_EQ(look.denied({want(kGpu1), want(kGpu0)}), std::vector<WantedDevice>{want(kGpu1)}) << "in the wanted order";
+  EXPECT_EQ(look.denied({want(kGpu0)}), denied_by_programs(look.all(), {want(kGpu0)}));
+  EXPECT_TRUE(DeviceProgramsSnapshot{}.denied({want(kGpu0)}).empty()) << "no program denies nothing";
+
+  const ProgramCounts counts = look.count_by_owner();
+  EXPECT_EQ(counts[static_cast<std::size_t>(ProgramOwner::kOurs)], 1u);
+  EXPECT_EQ(counts[static_cast<std::size_t>(ProgramOwner::kSystemd)], 1u);
+  EXPECT_EQ(counts[static_cast<std::size_t>(ProgramOwner::kRuntime)], 1u);
+  EXPECT_EQ(count_by_owner(look.cgroups[1].programs)[static_cast<std::size_t>(ProgramOwner::kSystemd)], 0u);
 }
 
 TEST(DeniedByPrograms, AccessMattersNotJustTheNumber) {
