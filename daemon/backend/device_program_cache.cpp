@@ -191,6 +191,13 @@ std::unique_ptr<DeviceProgramCache::Copy> DeviceProgramCache::kept_copy(int fd, 
   return copy;
 }
 
+std::size_t DeviceProgramCache::cgroups_remembered() const {
+  std::size_t n = 0;
+  for (const auto& [key, copies] : wrappers_.order)
+    for (const auto& c : copies) n += c->seen.size();
+  return n;
+}
+
 void DeviceProgramCache::prune_seen(Copy& copy, Clock::time_point now) {
   if (copy.seen.size() < copy.prune_at) return;
   std::erase_if(copy.seen, [&](const auto& kv) { return now - kv.second >= kReuseAfter; });

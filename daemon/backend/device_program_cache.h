@@ -97,6 +97,8 @@ class DeviceProgramCache {
   std::size_t programs() const { return programs_.size(); }
   std::size_t wrappers() const { return wrappers_.size(); }
   std::size_t wrapper_loads() const { return wrapper_loads_; }  // verifier runs so far
+  // The cgroups the kept copies remember being handed to or seen in (Copy::seen), all told.
+  std::size_t cgroups_remembered() const;
   // Wrappers due ahead (counted once load_spares() has looked at the programs met).
   std::size_t ahead_due() const { return ahead_due_.size(); }
 

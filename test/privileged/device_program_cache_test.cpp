@@ -79,6 +79,23 @@ TEST_F(DeviceProgramCacheTest, WrapperCopiesAreReusedOnlyAfterTheirTimeAndStayBo
   EXPECT_EQ(cache.wrapper_loads(), DeviceProgramCache::kMaxCopies + 1) << "no verifier run for a reused copy";
 }
 
+// Containers come and go for months: the cgroups a copy was handed to are forgotten once
+// older than kReuseAfter, without a walk of them on every repair's path.
+TEST_F(DeviceProgramCacheTest, TheCgroupsACopyWasHandedToDoNotPileUp) {
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(wrapper("/gone/" + std::to_string(i), t0).ok());
+  EXPECT_EQ(cache.wrapper_loads(), 1u) << "one copy serves every other cgroup";
+  EXPECT_EQ(cache.cgroups_remembered(), 200u) << "all within kReuseAfter: none may be forgotten";
+  const auto later = t0 + DeviceProgramCache::kReuseAfter;
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(wrapper("/new/" + std::to_string(i), later).ok());
+  EXPECT_EQ(cache.wrapper_loads(), 1u);
+  EXPECT_LT(cache.cgroups_remembered(), 250u) << "the 200 gone ones were forgotten on the way";
+  EXPECT_GE(cache.cgroups_remembered(), 150u) << "the new ones are not";
+  // A cgroup forgotten that way gets the copy again at once.
+  auto again = wrapper("/gone/0", later);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(cache.wrapper_loads(), 1u);
+}
+
 TEST_F(DeviceProgramCacheTest, ASpareCopyIsLoadedAfterARepairSoTheNextOneRunsNoVerifier) {
   auto first = wrapper("/a", t0);
   ASSERT_TRUE(first.ok()) << first.error().message;
