@@ -146,9 +146,12 @@ constexpr std::size_t kFirstReadInsns = 1024;
 
 // The program's info and its translated instructions (empty when they could not be read).
 std::optional<std::pair<bpf_prog_info, BpfCode>> read_info_and_code(int prog_fd) {
-  // The first read lands in a buffer kept for it (the event loop's thread reads; a check
-  // command's too): an 8 KiB allocation less on every program a reaction reads.
-  thread_local std::array<bpf_insn, kFirstReadInsns> first_read;
+  // The first read lands in a buffer kept for it by the thread that reads (the event
+  // loop's; a check command's): an 8 KiB allocation less on every program a reaction
+  // reads. Allocated on first use, so that the daemon's other threads do not carry it.
+  thread_local std::unique_ptr<std::array<bpf_insn, kFirstReadInsns>> kept_buffer;
+  if (!kept_buffer) kept_buffer = std::make_unique<std::array<bpf_insn, kFirstReadInsns>>();
+  std::array<bpf_insn, kFirstReadInsns>& first_read = *kept_buffer;
   bpf_prog_info info{};
   info.xlated_prog_len = static_cast<std::uint32_t>(sizeof first_read);
   info.xlated_prog_insns = reinterpret_cast<std::uintptr_t>(first_read.data());
