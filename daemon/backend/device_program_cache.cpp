@@ -96,6 +96,9 @@ std::optional<AttachedDeviceProgram> DeviceProgramCache::describe(std::uint32_t 
   if (const AttachedDeviceProgram* known = programs_.find(id)) return *known;
   auto read = v2_kernel::read_program(id);
   if (!read) return read;
+  const bool inner_is_code = !read->inner.empty() && &read->inner.get() == &read->code.get();
+  read->code = instructions_.intern(std::move(read->code));
+  read->inner = inner_is_code ? read->code : instructions_.intern(std::move(read->inner));
   AttachedDeviceProgram kept = *read;
   kept.fd.reset();  // the caller's look holds it; the cache holds no program loaded
   programs_.add(id, std::move(kept), max_programs_);

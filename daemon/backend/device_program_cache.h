@@ -56,7 +56,7 @@ class DeviceProgramCache {
   static constexpr std::size_t kMaxAheadDue = 64;  // wrappers waiting to be loaded ahead
 
   explicit DeviceProgramCache(std::size_t max_programs = 256, std::size_t max_wrappers = 512)
-      : max_programs_(max_programs), max_wrappers_(max_wrappers) {}
+      : max_programs_(max_programs), max_wrappers_(max_wrappers), instructions_(2 * max_programs) {}
   ~DeviceProgramCache();
   DeviceProgramCache(const DeviceProgramCache&) = delete;
   DeviceProgramCache& operator=(const DeviceProgramCache&) = delete;
@@ -145,6 +145,9 @@ class DeviceProgramCache {
 
   std::size_t max_programs_, max_wrappers_;
   Lru<std::uint32_t, AttachedDeviceProgram> programs_;
+  // The descriptions' instructions, each distinct one once (a wrapper's inner code and its
+  // original's too): a re-apply's new program is judged by what the last one answered.
+  BpfCodeInterner instructions_;
   Lru<std::string, Copies> wrappers_;  // (added, inner) as bytes → its copies
   std::unordered_map<std::uint32_t, Copy*> copy_by_id_;
   std::unordered_map<std::string, SpareDue> spares_due_;  // by key

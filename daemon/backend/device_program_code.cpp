@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstring>
+#include <string_view>
 
 namespace gdw {
 
@@ -274,6 +275,23 @@ Verdict SharedBpfCode::allows(const DeviceNumber& dev, std::uint8_t access) cons
   const Verdict v = program_allows(held_->code, dev, access);
   if (held_->judged.size() < kMaxJudged) held_->judged.push_back({dev, access, v});
   return v;
+}
+
+SharedBpfCode BpfCodeInterner::intern(SharedBpfCode code) {
+  if (code.empty()) return code;
+  const BpfCode& mine = code.get();
+  const std::size_t hash = std::hash<std::string_view>{}(
+      std::string_view(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(bpf_insn)));
+  auto [first, last] = held_.equal_range(hash);
+  for (auto it = first; it != last; ++it) {
+    auto held = it->second.lock();
+    if (held && held->code.size() == mine.size() &&
+        std::memcmp(held->code.data(), mine.data(), mine.size() * sizeof(bpf_insn)) == 0)
+      return SharedBpfCode(std::move(held));
+  }
+  if (held_.size() >= max_) std::erase_if(held_, [](const auto& kv) { return kv.second.expired(); });
+  if (held_.size() < max_) held_.emplace(hash, code.held_);
+  return code;
 }
 
 std::optional<std::string> not_reloadable(const BpfCode& code) {

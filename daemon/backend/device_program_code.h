@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/desired_state.h"
@@ -70,18 +71,39 @@ class SharedBpfCode {
   Verdict allows(const DeviceNumber& dev, std::uint8_t access) const;
 
  private:
+  friend class BpfCodeInterner;
   struct Judged {
     DeviceNumber dev;
     std::uint8_t access;
     Verdict verdict;
   };
-  static constexpr std::size_t kMaxJudged = 64;  // past that, answers are not kept
+  // Past that, answers are not kept (a description then holds about 1.3 KiB of them; a
+  // container's look asks a few per program: each wanted device, each access it wants).
+  static constexpr std::size_t kMaxJudged = 64;
   struct Held {
     explicit Held(BpfCode c) : code(std::move(c)) {}
     BpfCode code;
     mutable std::vector<Judged> judged;
   };
+  explicit SharedBpfCode(std::shared_ptr<const Held> held) : held_(std::move(held)) {}
   std::shared_ptr<const Held> held_;
+};
+
+// Descriptions of programs with the same instructions share one buffer, and with it the
+// verdicts remembered: a runtime applies the same spec to every container, and each
+// re-apply brings a new program (a new id) with the instructions of the last one, whose
+// answers are then known. Instructions are compared whole, never assumed equal by hash.
+// Holds no buffer itself: an entry goes with the last description using it. At most `max`
+// distinct entries; past that, instructions are not shared.
+class BpfCodeInterner {
+ public:
+  explicit BpfCodeInterner(std::size_t max) : max_(max) {}
+  SharedBpfCode intern(SharedBpfCode code);
+  std::size_t size() const { return held_.size(); }
+
+ private:
+  std::size_t max_;
+  std::unordered_multimap<std::size_t, std::weak_ptr<const SharedBpfCode::Held>> held_;  // hash of the bytes
 };
 
 // One instruction from its fields (registers 0..10): how the wrapper's code is written here,

@@ -34,7 +34,7 @@ namespace gdw {
 enum class ProgramOwner { kOurs, kSystemd, kRuntime };
 std::string to_string(ProgramOwner o);  // "ours", "systemd", "runtime"
 // How many programs of each owner (indexed by ProgramOwner).
-using ProgramCounts = std::array<std::size_t, 3>;
+using ProgramCounts = std::array<std::size_t, static_cast<std::size_t>(ProgramOwner::kRuntime) + 1>;
 
 struct AttachedDeviceProgram {
   std::uint32_t id = 0;

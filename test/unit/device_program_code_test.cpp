@@ -134,6 +134,42 @@ TEST(SharedBpfCode, AnswersAsTheInstructionsDoForEveryCopy) {
   EXPECT_EQ(SharedBpfCode().allows({DeviceType::kChar, 195, 0}, kAccessRead), Verdict::kUnknown) << "no instructions";
 }
 
+// A re-apply's new program carries the instructions of the last one: its description
+// shares their buffer, and the verdicts already known; other instructions share nothing.
+TEST(BpfCodeInterner, TheSameInstructionsShareOneBufferWhileADescriptionHoldsThem) {
+  auto rules = [](std::uint32_t minor) {
+    return compile_device_rules({{false, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}},
+                                 {true, DeviceRule{DeviceType::kChar, 195, minor, kAccessReadWrite}}});
+  };
+  const DeviceNumber gpu0{DeviceType::kChar, 195, 0};
+  BpfCodeInterner interner(3);
+  SharedBpfCode first = interner.intern(SharedBpfCode(rules(0)));
+  ASSERT_EQ(first.allows(gpu0, kAccessReadWrite), Verdict::kAllow);
+  SharedBpfCode again = interner.intern(SharedBpfCode(rules(0)));  // read anew, same bytes
+  EXPECT_EQ(&again.get(), &first.get()) << "one buffer";
+  EXPECT_EQ(again.allows(gpu0, kAccessReadWrite), Verdict::kAllow);
+  SharedBpfCode other = interner.intern(SharedBpfCode(rules(1)));
+  EXPECT_NE(&other.get(), &first.get());
+  EXPECT_EQ(other.allows(gpu0, kAccessReadWrite), Verdict::kDeny) << "its own verdicts";
+  EXPECT_TRUE(interner.intern(SharedBpfCode()).empty());
+
+  // Bounded: past `max` live entries, instructions are not shared (but still correct).
+  SharedBpfCode third = interner.intern(SharedBpfCode(rules(2)));
+  SharedBpfCode fourth = interner.intern(SharedBpfCode(rules(3)));
+  SharedBpfCode fourth_again = interner.intern(SharedBpfCode(rules(3)));
+  EXPECT_EQ(interner.size(), 3u);
+  EXPECT_NE(&fourth_again.get(), &fourth.get());
+  EXPECT_EQ(fourth_again.size(), rules(3).size()) << "its own copy";
+
+  // It holds nothing: once no description holds a buffer, its entry makes room.
+  first = SharedBpfCode();
+  again = SharedBpfCode();
+  SharedBpfCode fifth = interner.intern(SharedBpfCode(rules(4)));
+  SharedBpfCode fifth_again = interner.intern(SharedBpfCode(rules(4)));
+  EXPECT_EQ(&fifth_again.get(), &fifth.get()) << "the expired entry was dropped for it";
+  EXPECT_EQ(interner.size(), 3u);
+}
+
 TEST(DeviceProgramCode, WhatItCannotFollowIsUnknownNotAGuess) {
   const bpf_insn exit0[] = {insn(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 0), insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)};
   const DeviceNumber gpu{DeviceType::kChar, 195, 0};
