@@ -23,7 +23,7 @@ namespace gdw {
 
 struct DeviceState {
   std::vector<WantedDevice> missing;  // wanted devices the policy denies now
-  ProgramCounts programs{};           // device programs attached, by owner (none on v1)
+  ProgramCounts programs;             // device programs attached, by owner (none on v1)
 };
 
 struct GrantReport {

@@ -128,7 +128,9 @@ class DeviceProgramCache {
   static void prune_seen(Copy& copy, Clock::time_point now);
   using Copies = std::vector<std::unique_ptr<Copy>>;
   void forget(const Copies& copies);
-  // After `copies` (of `key`) handed one out: a spare is due when no copy is unseen.
+  // After `copies` (of `key`) handed one out: a spare is due when no copy is unseen. Entries
+  // older than kReuseAfter still count here (pruning is amortized): load_spares() prunes
+  // every copy of the key and asks again before it loads anything.
   void want_spare(const std::string& key, const Copies& copies, const std::vector<WantedDevice>& added,
                   const BpfCode& inner);
   struct SpareDue {

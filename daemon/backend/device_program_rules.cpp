@@ -50,17 +50,15 @@ std::vector<WantedDevice> denied_by_programs(const std::vector<AttachedDevicePro
 }
 
 ProgramCounts count_by_owner(const std::vector<AttachedDeviceProgram>& programs) {
-  ProgramCounts counts{};
-  for (const auto& p : programs) ++counts[static_cast<std::size_t>(p.owner)];
+  ProgramCounts counts;
+  for (const auto& p : programs) ++counts[p.owner];
   return counts;
 }
 
 ProgramCounts DeviceProgramsSnapshot::count_by_owner() const {
-  ProgramCounts counts{};
-  for (const auto& cg : cgroups) {
-    const ProgramCounts here = gdw::count_by_owner(cg.programs);
-    for (std::size_t i = 0; i < counts.size(); ++i) counts[i] += here[i];
-  }
+  ProgramCounts counts;
+  for (const auto& cg : cgroups)
+    for (const auto& p : cg.programs) ++counts[p.owner];
   return counts;
 }
 

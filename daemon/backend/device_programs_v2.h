@@ -33,8 +33,14 @@ namespace gdw {
 
 enum class ProgramOwner { kOurs, kSystemd, kRuntime };
 std::string to_string(ProgramOwner o);  // "ours", "systemd", "runtime"
-// How many programs of each owner (indexed by ProgramOwner).
-using ProgramCounts = std::array<std::size_t, static_cast<std::size_t>(ProgramOwner::kRuntime) + 1>;
+inline constexpr ProgramOwner kProgramOwners[] = {ProgramOwner::kOurs, ProgramOwner::kSystemd, ProgramOwner::kRuntime};
+// How many device programs of each owner.
+struct ProgramCounts {
+  std::array<std::size_t, std::size(kProgramOwners)> by_owner{};
+  std::size_t& operator[](ProgramOwner o) { return by_owner[static_cast<std::size_t>(o)]; }
+  std::size_t operator[](ProgramOwner o) const { return by_owner[static_cast<std::size_t>(o)]; }
+  bool operator==(const ProgramCounts&) const = default;
+};
 
 struct AttachedDeviceProgram {
   std::uint32_t id = 0;

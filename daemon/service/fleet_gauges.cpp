@@ -19,7 +19,7 @@ void FleetGauges::report(const GaugeCounts& g, const NodeModel& node, bool polic
   report_cdi(node, g.unresolved_cdi);
   for (const auto& text : identity_problems_.still(g.identity_problems)) log::warn("identity not used: " + text);
   if (!policy_in_programs) return;
-  for (ProgramOwner owner : {ProgramOwner::kOurs, ProgramOwner::kSystemd, ProgramOwner::kRuntime}) {
+  for (ProgramOwner owner : kProgramOwners) {
     auto n = g.programs.find(owner);
     metrics_.set_device_programs(to_string(owner), n == g.programs.end() ? 0 : n->second);
   }

@@ -11,7 +11,8 @@ GaugeShare gauge_share(const WatchedContainer& w, const AllocationIndex& allocat
   }
   if (w.is_gpu()) {
     s.gpu = true;
-    for (const auto& [owner, n] : w.programs) s.programs[static_cast<std::size_t>(owner)] = static_cast<std::uint32_t>(n);
+    for (ProgramOwner owner : kProgramOwners)
+      s.programs[static_cast<std::size_t>(owner)] = static_cast<std::uint32_t>(w.programs[owner]);
     s.missing = !w.repair.missing.empty();
     s.throttled = w.repair.throttled;
     s.unresolved_cdi = static_cast<std::uint32_t>(w.target.desired.unresolved_cdi.size());

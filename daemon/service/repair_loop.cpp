@@ -5,12 +5,6 @@
 namespace gdw {
 namespace {
 
-void count_programs(WatchedContainer& w, const ProgramCounts& programs) {
-  w.programs.clear();
-  for (ProgramOwner owner : {ProgramOwner::kOurs, ProgramOwner::kSystemd, ProgramOwner::kRuntime})
-    if (const std::size_t n = programs[static_cast<std::size_t>(owner)]) w.programs[owner] = n;
-}
-
 void earliest(std::optional<Clock::time_point>& at, const std::optional<Clock::time_point>& other) {
   if (other && (!at || *other < *at)) at = other;
 }
@@ -36,7 +30,7 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
     if (step.report_read_error) log::error(step.observed.error().message, w.log_fields());
     return out;
   }
-  count_programs(w, step.observed->programs);
+  w.programs = step.observed->programs;
   for (const auto& d : step.plan.drifted) metrics_.drift(w.labels, d.name);
   std::optional<Revocation> change_cause;
   const Revocation* named = cause.revocation;
@@ -46,7 +40,7 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
   report_.plan(w, step);
   earliest(out.retry_at, step.plan.retry_at);
   if (!step.applied) return out;
-  if (step.applied->programs_now) count_programs(w, *step.applied->programs_now);
+  if (step.applied->programs_now) w.programs = *step.applied->programs_now;
   earliest(out.retry_at, step.settled.retry_at);
   if (persist_in_scope(w.target)) out.granted = step.settled.granted;  // before the report takes them
   report_.grants(w, step, trigger, done);

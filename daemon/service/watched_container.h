@@ -30,7 +30,7 @@ struct GaugeShare {
   // Missing devices, or unidentified: listed for the node conditions.
   bool problem() const { return missing || unidentified; }
   std::uint32_t unresolved_cdi = 0;
-  std::array<std::uint32_t, static_cast<std::size_t>(ProgramOwner::kRuntime) + 1> programs{};  // by owner
+  std::array<std::uint32_t, std::size(kProgramOwners)> programs{};  // by owner
   std::string identity_problem;  // with identity_conflict
 };
 
@@ -54,7 +54,7 @@ struct WatchedContainer {
 
   // Repair: drift, back-off, the fight-loop guard, systemd persistence.
   RepairState repair;
-  std::map<ProgramOwner, std::size_t> programs;  // device programs attached at the last check
+  ProgramCounts programs;  // device programs attached at the last check
   GaugeShare gauge_share;  // what the gauges counted of it last (GaugeTally)
 
   // Attribution: the last write that revoked devices here, as the probe saw it; deny-rule
@@ -102,7 +102,7 @@ struct WatchedContainer {
   struct GaugeInputs {
     struct Repair {
       bool missing = false, throttled = false;
-      std::map<ProgramOwner, std::size_t> programs;
+      ProgramCounts programs;
       bool operator==(const Repair&) const = default;
     } repair;
     struct Target {

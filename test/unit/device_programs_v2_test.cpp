@@ -119,10 +119,10 @@ TEST(DeviceProgramsSnapshot, ALookDeniesWhatAnyProgramInEitherCgroupDenies) {
   EXPECT_TRUE(DeviceProgramsSnapshot{}.denied({want(kGpu0)}).empty()) << "no program denies nothing";
 
   const ProgramCounts counts = look.count_by_owner();
-  EXPECT_EQ(counts[static_cast<std::size_t>(ProgramOwner::kOurs)], 1u);
-  EXPECT_EQ(counts[static_cast<std::size_t>(ProgramOwner::kSystemd)], 1u);
-  EXPECT_EQ(counts[static_cast<std::size_t>(ProgramOwner::kRuntime)], 1u);
-  EXPECT_EQ(count_by_owner(look.cgroups[1].programs)[static_cast<std::size_t>(ProgramOwner::kSystemd)], 0u);
+  EXPECT_EQ(counts[ProgramOwner::kOurs], 1u);
+  EXPECT_EQ(counts[ProgramOwner::kSystemd], 1u);
+  EXPECT_EQ(counts[ProgramOwner::kRuntime], 1u);
+  EXPECT_EQ(count_by_owner(look.cgroups[1].programs)[ProgramOwner::kSystemd], 0u);
 }
 
 TEST(DeniedByPrograms, AccessMattersNotJustTheNumber) {

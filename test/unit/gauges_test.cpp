@@ -143,7 +143,7 @@ TEST_F(GaugesTest, WhatACheckChangesThatTheCountShowsMovesTheGaugeInputs) {
       {"an unresolved CDI name", [](WatchedContainer& w) { w.target.desired.unresolved_cdi = {"nvidia.com/gpu=9"}; }},
       {"a program more", [](WatchedContainer& w) { ++w.programs[ProgramOwner::kSystemd]; }},
       {"a program's owner", [](WatchedContainer& w) {
-         w.programs.erase(ProgramOwner::kRuntime);
+         w.programs[ProgramOwner::kRuntime] = 0;
          w.programs[ProgramOwner::kOurs] = 1;
        }},
       {"renamed", [](WatchedContainer& w) { w.labels.pod = "trainer-1"; }},
