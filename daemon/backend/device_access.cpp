@@ -1,10 +1,13 @@
 #include "backend/device_access.h"
 
+#include <linux/bpf.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <unordered_set>
 
 #include "backend/device_program_cache.h"
 #include "backend/devices_v1_files.h"
@@ -90,6 +93,9 @@ class DeviceProgramsV2 final : public DeviceAccess {
       const int code = ::access(cgroup_dir.c_str(), F_OK) != 0 ? ENOENT : 0;
       return errno_error(code, "cannot query the device programs: " + snapshot.error().message);
     }
+    // A grant from a look at one program would not see crun's sub-cgroup.
+    if (snapshot->cgroups.size() == 1) without_subgroup_.insert(cgroup_dir);
+    else without_subgroup_.erase(cgroup_dir);
     DeviceState state;
     state.programs = snapshot->count_by_owner();
     state.missing = snapshot->denied(desired.wanted);
@@ -97,6 +103,25 @@ class DeviceProgramsV2 final : public DeviceAccess {
     // records what the container wants once its devices are back.
     if (!state.missing.empty()) seen_ = Seen{cgroup_dir, std::move(*snapshot)};
     else cache_.wanted_sets().want(cgroup_dir, desired.wanted);
+    return state;
+  }
+
+  // Only in BPF_F_ALLOW_MULTI mode, where the grant's swap names the program it replaces
+  // (BPF_F_REPLACE): whatever else happened to the cgroup meanwhile, the wrapper takes that
+  // program's place alone. The grant's own query afterwards finds anything else denying.
+  Result<DeviceState> observe_attached(const std::string& cgroup_dir, const DesiredDevices& desired,
+                                       const AttachedProgram& attached) override {
+    if (!(attached.attach_flags & BPF_F_ALLOW_MULTI) || !without_subgroup_.contains(cgroup_dir) ||
+        replaced_lately(attached.prog_id))
+      return observe(cgroup_dir, desired);
+    seen_.reset();
+    auto one = snapshot_attached_program(cgroup_dir, attached.prog_id, attached.attach_flags, cache_, dirs_);
+    if (!one || !*one) return observe(cgroup_dir, desired);
+    DeviceState state;
+    state.missing = (*one)->denied(desired.wanted);
+    // Taking nothing wanted away, it cannot tell whether the container is whole.
+    if (state.missing.empty()) return observe(cgroup_dir, desired);
+    seen_ = Seen{cgroup_dir, std::move(**one), /*one_program=*/true};
     return state;
   }
 
@@ -115,7 +140,17 @@ class DeviceProgramsV2 final : public DeviceAccess {
     const DeviceProgramsSnapshot* seen = seen_ && seen_->dir == cgroup_dir ? &seen_->snapshot : nullptr;
     const std::size_t loads_before = cache_.wrapper_loads();
     auto installed = repair_device_programs(cgroup_dir, wanted, cache_, seen);
+    if (!installed && seen && seen_->one_program) {
+      // From a look at one program, which saw nothing else: its kept directory may be of a
+      // cgroup gone or re-created, or the wrapper copy handed out is attached there already
+      // (its sighting older than the cache keeps, and the kernel refuses a program twice in
+      // one cgroup). A repair from a whole look, through the path, tells and finds another.
+      dirs_.forget(cgroup_dir);
+      installed = repair_device_programs(cgroup_dir, wanted, cache_, nullptr);
+    }
     report.programs_loaded = cache_.wrapper_loads() - loads_before;
+    if (installed)
+      for (const auto& r : installed->replaced) replaced_ids_[replaced_next_++ % replaced_ids_.size()] = r.old_id;
     seen_.reset();
     cache_.wanted_sets().want(cgroup_dir, wanted);
     auto among = [](const std::vector<WantedDevice>& list, const WantedDevice& d) {
@@ -148,6 +183,7 @@ class DeviceProgramsV2 final : public DeviceAccess {
 
   void forget(const std::string& cgroup_dir) override {
     dirs_.forget(cgroup_dir);
+    without_subgroup_.erase(cgroup_dir);
     cache_.wanted_sets().forget(cgroup_dir);
   }
 
@@ -158,8 +194,20 @@ class DeviceProgramsV2 final : public DeviceAccess {
   struct Seen {
     std::string dir;
     DeviceProgramsSnapshot snapshot;
+    bool one_program = false;  // observe_attached's look
   };
   std::optional<Seen> seen_;
+  // Containers whose last whole look found no crun sub-cgroup.
+  std::unordered_set<std::string> without_subgroup_;
+  // The programs our last grants took out: the attach hook reports one attach once per
+  // cgroup below its target too, and a second record of an attach already repaired would
+  // have a look at that one program ask for a grant the container no longer needs. Program
+  // ids are not reused, and such records come microseconds apart.
+  std::array<std::uint32_t, 64> replaced_ids_{};
+  std::size_t replaced_next_ = 0;
+  bool replaced_lately(std::uint32_t id) const {
+    return std::find(replaced_ids_.begin(), replaced_ids_.end(), id) != replaced_ids_.end();
+  }
 };
 
 }  // namespace

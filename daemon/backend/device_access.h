@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,8 +23,16 @@
 namespace gdw {
 
 struct DeviceState {
-  std::vector<WantedDevice> missing;  // wanted devices the policy denies now
-  ProgramCounts programs;             // device programs attached, by owner (none on v1)
+  std::vector<WantedDevice> missing;      // wanted devices the policy denies now
+  std::optional<ProgramCounts> programs;  // device programs attached, by owner (none on v1);
+                                          // nullopt after a look at one program alone
+};
+
+// A device program the probe saw attached to a container's own cgroup (not crun's
+// sub-cgroup of it): its id and the attach's flags (BPF_F_ALLOW_MULTI ...).
+struct AttachedProgram {
+  std::uint32_t prog_id = 0;
+  std::uint32_t attach_flags = 0;
 };
 
 struct GrantReport {
@@ -64,6 +73,15 @@ class DeviceAccess {
 
   // Errors say what could not be read; their code is ENOENT when the cgroup is gone.
   virtual Result<DeviceState> observe(const std::string& cgroup_dir, const DesiredDevices& desired) = 0;
+  // observe() after the probe saw `attached` put on the container's cgroup. v2 looks at
+  // that program alone when it denies wanted devices (the query of every program attached
+  // waits until after the grant, which ends with one); `missing` then holds what it
+  // denies, and `programs` is not known. Otherwise, and elsewhere, the whole observe().
+  virtual Result<DeviceState> observe_attached(const std::string& cgroup_dir, const DesiredDevices& desired,
+                                               const AttachedProgram& attached) {
+    (void)attached;
+    return observe(cgroup_dir, desired);
+  }
   // Grants `devices` (some of `wanted`, all it should have) and nothing else.
   virtual GrantReport grant(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,
                             const std::vector<WantedDevice>& devices) = 0;

@@ -310,6 +310,20 @@ Result<DeviceProgramsSnapshot> snapshot_device_programs(const std::string& cgrou
   }
 }
 
+Result<std::optional<DeviceProgramsSnapshot>> snapshot_attached_program(const std::string& cgroup_dir,
+                                                                        std::uint32_t prog_id,
+                                                                        std::uint32_t attach_flags,
+                                                                        DeviceProgramCache& cache, KeptCgroupDirs& kept) {
+  auto dir = kept.open(cgroup_dir);
+  if (!dir) return dir.error();
+  auto program = cache.describe(prog_id);
+  if (!program) return std::optional<DeviceProgramsSnapshot>();
+  DeviceProgramsSnapshot snapshot;
+  const std::uint32_t mode = attach_flags & (BPF_F_ALLOW_MULTI | BPF_F_ALLOW_OVERRIDE);
+  snapshot.cgroups.push_back({"", mode, {std::move(*program)}, dir->fd});
+  return std::optional(std::move(snapshot));
+}
+
 Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir,
                                                                  DeviceProgramCache& cache) {
   auto snapshot = snapshot_device_programs(cgroup_dir, cache);

@@ -103,6 +103,14 @@ struct DeviceProgramsSnapshot {
 // opened for this look alone.
 Result<DeviceProgramsSnapshot> snapshot_device_programs(const std::string& cgroup_dir, DeviceProgramCache& cache,
                                                         KeptCgroupDirs* kept = nullptr);
+// A look at one program the probe saw attached to the container's own cgroup in
+// `attach_flags`' mode: that cgroup, through its kept directory, with that program alone
+// described in it; nullopt when the program is gone already (then only a whole look tells).
+// No query: what else is attached is read after a grant from it.
+Result<std::optional<DeviceProgramsSnapshot>> snapshot_attached_program(const std::string& cgroup_dir,
+                                                                        std::uint32_t prog_id,
+                                                                        std::uint32_t attach_flags,
+                                                                        DeviceProgramCache& cache, KeptCgroupDirs& kept);
 // The same for a one-shot look (a cache of its own).
 Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir);
 

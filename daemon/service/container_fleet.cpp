@@ -191,7 +191,8 @@ void ContainerFleet::act(ProbeBatch batch) {
   for (const auto& change : batch.program_changes) {
     // Named only if the change leaves wanted devices denied.
     if (WatchedContainer* w = containers_.by_cgroup_id(change.cgroup_id))
-      moved |= check(*w, Clock::now(), {.program_change = &change.change});
+      moved |= check(*w, Clock::now(),
+                     {.program_change = &change.change, .program_change_on_subgroup = change.on_subgroup});
   }
   if (moved) gauges_moved();
   for (const auto& created : batch.created) {

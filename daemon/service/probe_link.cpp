@@ -241,10 +241,11 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
           record_read(e.ktime_ns);
           // A change on crun's sub-cgroup is a change of its container.
           DeviceProgramEvent on_container = e;
-          if (auto owner = subgroup_owner_.find(e.target_cgroup_id); owner != subgroup_owner_.end())
-            on_container.target_cgroup_id = owner->second;
+          const auto owner = subgroup_owner_.find(e.target_cgroup_id);
+          const bool on_subgroup = owner != subgroup_owner_.end();
+          if (on_subgroup) on_container.target_cgroup_id = owner->second;
           if (WatchedContainer* w = attribution_.program_change(on_container))
-            batch.program_changes.push_back({w->cgroup_id, std::move(on_container)});
+            batch.program_changes.push_back({w->cgroup_id, std::move(on_container), on_subgroup});
         }
       },
       ev);

@@ -40,6 +40,7 @@ struct ProbeBatch {
   struct ProgramChange {
     std::uint64_t cgroup_id;
     DeviceProgramEvent change;
+    bool on_subgroup = false;  // made on crun's sub-cgroup of the container
   };
   std::vector<ProgramChange> program_changes;
   // A device program was loaded by someone else (cgroup v2, without the syscall hook):

@@ -9,6 +9,17 @@ void earliest(std::optional<Clock::time_point>& at, const std::optional<Clock::t
   if (other && (!at || *other < *at)) at = other;
 }
 
+// A program the probe saw attached to the container's own cgroup: a program-change record
+// of a successful (or still running) attach, naming the program. Only where a grant
+// follows a look that finds it denying: in observe mode the whole look counts the programs.
+std::optional<AttachedProgram> attached_program(const CheckCause& cause, Mode mode) {
+  const DeviceProgramEvent* change = cause.program_change;
+  if (mode != Mode::kEnforce || !change || cause.program_change_on_subgroup) return std::nullopt;
+  if (change->prog_id == 0 || change->result < 0) return std::nullopt;
+  if (change->command != DeviceProgramEvent::Command::kProgAttach) return std::nullopt;
+  return AttachedProgram{change->prog_id, change->flags};
+}
+
 }  // namespace
 
 CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock::time_point trigger,
@@ -18,8 +29,9 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
   if (held_back(w.repair, w.retry_armed_at(), now)) return out;
   const bool all_denied_seen = w.all_denied_since_last_check();
   w.last_check = now;
-  RepairStep step =
-      repair_once(access, w.repair, w.cgroup.cgroup_dir, w.target.desired, now, settings_, all_denied_seen);
+  const std::optional<AttachedProgram> attached = attached_program(cause, settings_.mode);
+  RepairStep step = repair_once(access, w.repair, w.cgroup.cgroup_dir, w.target.desired, now, settings_,
+                                all_denied_seen, attached ? &*attached : nullptr);
   const auto done = Clock::now();  // the grant, if any, is written: what follows is reporting
   if (step.gone) {
     out.gone = true;  // removed mid-repair: quietly dropped
@@ -30,7 +42,7 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
     if (step.report_read_error) log::error(step.observed.error().message, w.log_fields());
     return out;
   }
-  w.programs = step.observed->programs;
+  if (step.observed->programs) w.programs = *step.observed->programs;
   for (const auto& d : step.plan.drifted) metrics_.drift(w.labels, d.name);
   std::optional<Revocation> change_cause;
   const Revocation* named = cause.revocation;

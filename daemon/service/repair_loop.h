@@ -40,6 +40,7 @@ struct CheckOutcome {
 struct CheckCause {
   const Revocation* revocation = nullptr;
   const DeviceProgramEvent* program_change = nullptr;
+  bool program_change_on_subgroup = false;  // made on crun's sub-cgroup of the container
 };
 
 class RepairLoop {

@@ -4,11 +4,13 @@ namespace gdw {
 
 RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::string& cgroup_dir,
                        const DesiredDevices& desired, Clock::time_point now, const RepairSettings& settings,
-                       bool all_denied_seen) {
+                       bool all_denied_seen, const AttachedProgram* attached) {
   RepairStep step;
   // Every wanted device was denied by the write the probe saw: nothing to read.
   const bool all_missing = all_denied_seen && !access.policy_in_programs() && settings.mode == Mode::kEnforce;
-  step.observed = all_missing ? Result<DeviceState>(DeviceState{}) : access.observe(cgroup_dir, desired);
+  step.observed = all_missing ? Result<DeviceState>(DeviceState{})
+                  : attached  ? access.observe_attached(cgroup_dir, desired, *attached)
+                              : access.observe(cgroup_dir, desired);
   if (!step.observed) {
     step.gone = is_cgroup_gone(step.observed.error());
     step.report_read_error = !step.gone && state.read_error_reported.first();

@@ -27,8 +27,10 @@ struct RepairStep {
 // then taken as missing without reading the policy: each was, at that write, and granting
 // one that a later write allowed again changes nothing. Whatever else was denied, all the
 // container wants is granted, so it ends whole; a deny after the grant is a new event.
+// `attached`: the probe saw that program attached to the container's cgroup since the last
+// check (DeviceAccess::observe_attached).
 RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::string& cgroup_dir,
                        const DesiredDevices& desired, Clock::time_point now, const RepairSettings& settings,
-                       bool all_denied_seen = false);
+                       bool all_denied_seen = false, const AttachedProgram* attached = nullptr);
 
 }  // namespace gdw

@@ -19,6 +19,7 @@ class FakeDeviceAccess final : public DeviceAccess {
   std::set<DeviceNumber> refused;  // a parent denies these
   std::set<std::string> unreadable;
   int observes = 0, grants = 0;
+  std::vector<AttachedProgram> attached_observes;  // observe_attached() calls, in order
   bool next_grant_work = false;  // what next_grant_work_due() says
 
   std::string description() const override { return "fake"; }
@@ -36,6 +37,11 @@ class FakeDeviceAccess final : public DeviceAccess {
     for (const auto& w : desired.wanted)
       if (!it->second.count(w.dev)) s.missing.push_back(w);
     return s;
+  }
+  Result<DeviceState> observe_attached(const std::string& dir, const DesiredDevices& desired,
+                                       const AttachedProgram& attached) override {
+    attached_observes.push_back(attached);
+    return observe(dir, desired);
   }
   GrantReport grant(const std::string& dir, const std::vector<WantedDevice>&,
                     const std::vector<WantedDevice>& devices) override {

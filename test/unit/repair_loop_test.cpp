@@ -6,6 +6,7 @@
 #include "metrics/metrics.h"
 
 #include <signal.h>
+#include <cerrno>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -220,6 +221,46 @@ TEST_F(RepairLoopTest, AProgramChangeThatTookNothingAwayNamesNobody) {
   check({.program_change = &change});
   EXPECT_FALSE(w->last_revocation);
   EXPECT_EQ(metric("gpu_devwatch_revocations_total"), 0);
+}
+
+// The look can start from the program itself only where the record names it, on the
+// container's own cgroup, for an attach that did not fail, where a grant may follow.
+TEST_F(RepairLoopTest, OnlyAnAttachToTheContainersOwnCgroupIsLookedAtThroughItsProgram) {
+  Attacher attacher;
+  ASSERT_GT(attacher.pid(), 0);
+  DeviceProgramEvent change = attach_by(attacher.pid());
+  change.flags = 2;  // BPF_F_ALLOW_MULTI
+  access.allowed[kDir] = {kCtl.dev};
+  check({.program_change = &change});
+  ASSERT_EQ(access.attached_observes.size(), 1u);
+  EXPECT_EQ(access.attached_observes[0].prog_id, 77u);
+  EXPECT_EQ(access.attached_observes[0].attach_flags, 2u);
+  EXPECT_EQ(access.grants, 1);
+  EXPECT_TRUE(w->last_revocation) << "named as before";
+
+  auto observes_whole = [&](const DeviceProgramEvent& ev, bool on_subgroup) {
+    const std::size_t attached_before = access.attached_observes.size();
+    const int observes_before = access.observes;
+    access.allowed[kDir] = {kCtl.dev};
+    check({.program_change = &ev, .program_change_on_subgroup = on_subgroup});
+    return access.attached_observes.size() == attached_before && access.observes == observes_before + 1;
+  };
+  EXPECT_TRUE(observes_whole(change, true)) << "crun's sub-cgroup";
+  DeviceProgramEvent failed = change;
+  failed.result = -EPERM;
+  EXPECT_TRUE(observes_whole(failed, false)) << "a failed attach";
+  DeviceProgramEvent detach = change;
+  detach.command = DeviceProgramEvent::Command::kProgDetach;
+  EXPECT_TRUE(observes_whole(detach, false)) << "a detach";
+  DeviceProgramEvent link = change;
+  link.command = DeviceProgramEvent::Command::kLinkCreate;
+  EXPECT_TRUE(observes_whole(link, false)) << "a link: a replace would not find its program";
+  DeviceProgramEvent unnamed = change;
+  unnamed.prog_id = 0;
+  EXPECT_TRUE(observes_whole(unnamed, false)) << "no program named";
+  config.mode = Mode::kObserve;
+  settings = RepairSettings::from(config);
+  EXPECT_TRUE(observes_whole(change, false)) << "observe mode: the whole look counts the programs";
 }
 
 TEST_F(RepairLoopTest, AnAttacherGoneBeforeTheRepairIsNamedFromItsComm) {
