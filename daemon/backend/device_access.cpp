@@ -121,6 +121,7 @@ class DeviceProgramsV2 final : public DeviceAccess {
     state.missing = (*one)->denied(desired.wanted);
     // Taking nothing wanted away, it cannot tell whether the container is whole.
     if (state.missing.empty()) return observe(cgroup_dir, desired);
+    cache_.assume_still_attached(cgroup_dir, Clock::now());
     seen_ = Seen{cgroup_dir, std::move(**one), /*one_program=*/true};
     return state;
   }
@@ -184,6 +185,7 @@ class DeviceProgramsV2 final : public DeviceAccess {
   void forget(const std::string& cgroup_dir) override {
     dirs_.forget(cgroup_dir);
     without_subgroup_.erase(cgroup_dir);
+    cache_.forget_cgroup(cgroup_dir);
     cache_.wanted_sets().forget(cgroup_dir);
   }
 

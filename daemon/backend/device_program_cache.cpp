@@ -109,7 +109,21 @@ void DeviceProgramCache::forget_program(std::uint32_t id) { programs_.erase(id);
 
 void DeviceProgramCache::seen_attached(const std::string& dir, const std::vector<std::uint32_t>& ids,
                                        Clock::time_point now) {
-  for (std::uint32_t id : ids)
+  std::vector<std::uint32_t> copies;
+  for (std::uint32_t id : ids) {
+    if (auto it = copy_by_id_.find(id); it != copy_by_id_.end()) {
+      it->second->seen[dir] = now;
+      copies.push_back(id);
+    }
+  }
+  if (!copies.empty()) copies_last_seen_[dir] = std::move(copies);
+  else if (!copies_last_seen_.empty()) copies_last_seen_.erase(dir);
+}
+
+void DeviceProgramCache::assume_still_attached(const std::string& dir, Clock::time_point now) {
+  auto last = copies_last_seen_.find(dir);
+  if (last == copies_last_seen_.end()) return;
+  for (std::uint32_t id : last->second)
     if (auto it = copy_by_id_.find(id); it != copy_by_id_.end()) it->second->seen[dir] = now;
 }
 

@@ -70,6 +70,13 @@ class DeviceProgramCache {
   // A query of cgroup `dir` found these program ids attached: which of our wrappers were
   // there, when (every query goes through here).
   void seen_attached(const std::string& dir, const std::vector<std::uint32_t>& ids, Clock::time_point now);
+  // Before a grant from a look that did not query `dir` (observe_attached): the copies the
+  // last query of `dir` found there are taken as still there, however long ago that was,
+  // so that none of them is handed out for it (the kernel refuses a program twice in one
+  // cgroup). The grant's own query tells again.
+  void assume_still_attached(const std::string& dir, Clock::time_point now);
+  // Cgroup `dir` is no longer watched.
+  void forget_cgroup(const std::string& dir) { copies_last_seen_.erase(dir); }
 
   // Our wrapper adding `added` to `inner`, loaded, to attach to cgroup `dir` now: a copy
   // not seen there in the last kReuseAfter. The fd is valid until the next call (or, for a
@@ -152,6 +159,8 @@ class DeviceProgramCache {
   BpfCodeInterner instructions_;
   Lru<std::string, Copies> wrappers_;  // (added, inner) as bytes → its copies
   std::unordered_map<std::uint32_t, Copy*> copy_by_id_;
+  // Per cgroup dir, the ids of our copies its last query found (none: no entry).
+  std::unordered_map<std::string, std::vector<std::uint32_t>> copies_last_seen_;
   std::unordered_map<std::string, SpareDue> spares_due_;  // by key
   std::vector<BpfCode> programs_met_;                      // since the last load_spares()
   std::unordered_map<std::string, SpareDue> ahead_due_;   // by key: wrappers to load ahead

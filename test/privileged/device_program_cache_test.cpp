@@ -53,6 +53,37 @@ class DeviceProgramCacheTest : public ::testing::Test {
   const Clock::time_point t0 = Clock::now();
 };
 
+// A grant from a look at one program (observe_attached) has not queried the cgroup: the
+// copies its last query found there are taken as still attached, however long ago that was.
+TEST_F(DeviceProgramCacheTest, ACopyTheLastQueryFoundIsNotHandedOutAgainThereWithoutAQuery) {
+  auto first = wrapper("/a", t0);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  const std::uint32_t in_a = first->id;
+  cache.seen_attached("/a", {in_a, 999999}, t0);
+  const auto much_later = t0 + 3 * DeviceProgramCache::kReuseAfter;
+  cache.assume_still_attached("/a", much_later);
+  auto again = wrapper("/a", much_later);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_NE(again->id, in_a) << "the last query of /a found it there";
+  auto elsewhere = wrapper("/b", much_later);
+  ASSERT_TRUE(elsewhere.ok());
+  EXPECT_EQ(elsewhere->id, in_a) << "no query found it in /b";
+  // A later query that no longer finds it there frees it for /a after kReuseAfter.
+  cache.seen_attached("/a", {again->id}, much_later);
+  const auto after_that = much_later + 2 * DeviceProgramCache::kReuseAfter;
+  cache.assume_still_attached("/a", after_that);
+  auto freed = wrapper("/a", after_that);
+  ASSERT_TRUE(freed.ok());
+  EXPECT_EQ(freed->id, in_a);
+  // A cgroup forgotten leaves nothing to assume.
+  cache.forget_cgroup("/a");
+  const auto last = after_that + 2 * DeviceProgramCache::kReuseAfter;
+  cache.assume_still_attached("/a", last);
+  auto after_forget = wrapper("/a", last);
+  ASSERT_TRUE(after_forget.ok());
+  EXPECT_EQ(after_forget->id, in_a);
+}
+
 TEST_F(DeviceProgramCacheTest, WrapperCopiesAreReusedOnlyAfterTheirTimeAndStayBounded) {
   std::vector<std::uint32_t> ids;
   for (std::size_t i = 0; i < DeviceProgramCache::kMaxCopies; ++i) {
