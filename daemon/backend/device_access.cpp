@@ -12,6 +12,7 @@
 #include "backend/device_program_cache.h"
 #include "backend/devices_v1_files.h"
 #include "backend/kept_cgroup_dirs.h"
+#include "runtime/cgroup_names.h"
 #include "runtime/proc_cgroups.h"
 
 namespace gdw {
@@ -186,6 +187,7 @@ class DeviceProgramsV2 final : public DeviceAccess {
     dirs_.forget(cgroup_dir);
     without_subgroup_.erase(cgroup_dir);
     cache_.forget_cgroup(cgroup_dir);
+    cache_.forget_cgroup(cgroup_dir + "/" + kCrunSubgroup);  // its queries are remembered too
     cache_.wanted_sets().forget(cgroup_dir);
   }
 
