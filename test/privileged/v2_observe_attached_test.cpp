@@ -151,6 +151,21 @@ TEST_F(ObserveAttached, AWrapperCopyAttachedLongAgoIsNotAttachedTwice) {
   expect_only_the_gpu_added();
 }
 
+// The container's directory is kept open between looks; removed and made again at the same
+// path (a pod's container restarted into the same cgroup path), the kept one is of a dead
+// cgroup. A grant from a look at one program through it fails; it is done again from a
+// whole look through the path.
+TEST_F(ObserveAttached, ACgroupMadeAgainAtItsPathIsRepairedThroughThePath) {
+  look_whole();
+  sandbox_->remove("ctr");
+  sandbox_->make("ctr");
+  sandbox_->add_sleeper("ctr");
+  const std::uint32_t reported = attach("ctr", kSpec);
+  ASSERT_EQ(open_errno("nvidia0"), EPERM);
+  repair_after_attach_of(reported);
+  expect_only_the_gpu_added();
+}
+
 // The attach hook reports an attach once for each cgroup below its target: the second
 // record, read after the repair of the first, must not bring a second grant.
 TEST_F(ObserveAttached, AnAttachReportedTwiceIsRepairedOnce) {
