@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <random>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "support/daemon_harness.h"
@@ -13,6 +15,16 @@
 
 namespace gdw::test {
 namespace {
+
+// The daemon's error lines: what an unexpected gpu_devwatch_event_loop_errors_total was
+// (its whole log here is tens of thousands of repairs).
+std::string error_lines(const std::string& log) {
+  std::istringstream in(log);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (line.find(" error ") != std::string::npos) out += line + "\n";
+  return out;
+}
 
 // The daemon's open descriptors: the cgroup rule files it keeps open per watched container
 // (backend/devices_v1_files.h) apart, with whether each still names an existing file.
@@ -104,7 +116,8 @@ TEST(Soak, RevokerLoopAgainstManyContainers) {
   const long rss_after = rss_anon_kib(pid);
   EXPECT_TRUE(eventually([&] { return daemon.metric("gpu_devwatch_containers_missing_devices") == 0; }));
   EXPECT_EQ(daemon.metric("gpu_devwatch_containers_watched"), kContainers);
-  EXPECT_EQ(daemon.metric("gpu_devwatch_event_loop_errors_total"), -1) << daemon.metrics();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_event_loop_errors_total"), -1)
+      << error_lines(daemon.output()) << daemon.metrics();
 
   std::printf("soak: %zu revocations, %zu pods replaced, fds %zu -> %zu (+ rule files %zu -> %zu), RssAnon %ld -> %ld "
               "KiB\n",
