@@ -109,15 +109,18 @@ void DeviceProgramCache::forget_program(std::uint32_t id) { programs_.erase(id);
 
 void DeviceProgramCache::seen_attached(const std::string& dir, const std::vector<std::uint32_t>& ids,
                                        Clock::time_point now) {
-  std::vector<std::uint32_t> copies;
+  std::vector<std::uint32_t>* last = nullptr;  // refilled in place: no allocation per query
   for (std::uint32_t id : ids) {
     if (auto it = copy_by_id_.find(id); it != copy_by_id_.end()) {
       it->second->seen[dir] = now;
-      copies.push_back(id);
+      if (!last) {
+        last = &copies_last_seen_[dir];
+        last->clear();
+      }
+      last->push_back(id);
     }
   }
-  if (!copies.empty()) copies_last_seen_[dir] = std::move(copies);
-  else if (!copies_last_seen_.empty()) copies_last_seen_.erase(dir);
+  if (!last && !copies_last_seen_.empty()) copies_last_seen_.erase(dir);
 }
 
 void DeviceProgramCache::assume_still_attached(const std::string& dir, Clock::time_point now) {

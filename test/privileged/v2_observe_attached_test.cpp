@@ -9,7 +9,6 @@
 #include <linux/bpf.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
