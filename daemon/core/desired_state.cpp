@@ -117,7 +117,7 @@ void add_device_spec(Collector& out, DesiredDevices& desired, const Inventory& i
   }
   auto access = parse_access(spec.permissions);
   // A DeviceSpec's permissions go to the container unchanged; `m` included if asked for.
-  out.add(it->second, access ? *access : kAccessReadWrite, name, "DeviceSpec " + spec.host_path);
+  out.add(it->second, access ? *access : std::uint8_t{kAccessReadWrite}, name, "DeviceSpec " + spec.host_path);
 }
 
 // A CDI device's nodes. `reason` says where the name came from.
@@ -143,7 +143,7 @@ void add_cdi(Collector& out, DesiredDevices& desired, const Inventory& inv, cons
       continue;
     }
     auto access = parse_access(node.permissions);
-    out.add(*dev, access ? *access : kAccessReadWrite, std::move(name), "CDI " + cdi_name);
+    out.add(*dev, access ? *access : std::uint8_t{kAccessReadWrite}, std::move(name), "CDI " + cdi_name);
   }
 }
 

@@ -15,7 +15,9 @@
 #include "kubeletapi/grpc_support.h"
 
 namespace gdw {
-namespace {
+// Named, not anonymous: the types here are members of the header's Impl, which has
+// external linkage (-Wsubobject-linkage, in a unity build).
+namespace device_plugin_calls {
 
 using kubeletapi::CompletionSignal;
 
@@ -64,7 +66,9 @@ Result<std::vector<std::string>> plugin_sockets(const std::string& dir) {
   return names;
 }
 
-}  // namespace
+}  // namespace device_plugin_calls
+
+using namespace device_plugin_calls;
 
 struct DevicePluginProber::Impl {
   kubeletapi::GrpcLibraryRef grpc;  // first member: outlives the calls below

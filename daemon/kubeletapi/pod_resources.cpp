@@ -8,7 +8,9 @@
 #include "podresources_v1.grpc.pb.h"
 
 namespace gdw {
-namespace {
+// Named, not anonymous: the types here are members of the header's Impl, which has
+// external linkage (-Wsubobject-linkage, in a unity build).
+namespace pod_resources_calls {
 
 using kubeletapi::CompletionSignal;
 
@@ -52,7 +54,9 @@ PodResourcesOutcome outcome_of(const grpc::Status& status, const ListCall& call,
   return outcome;
 }
 
-}  // namespace
+}  // namespace pod_resources_calls
+
+using namespace pod_resources_calls;
 
 struct PodResourcesClient::Impl {
   kubeletapi::GrpcLibraryRef grpc;  // first member: outlives the call below

@@ -193,7 +193,9 @@ TEST_P(CrunSystemd, TheScopeLayoutIsFoundAndTheGpuGranted) {
   // and a DeviceAllow= added to it makes systemd attach a program allowing only its
   // pseudo devices and the list, which denies what crun allows beyond them (/dev/console).
   // So the grant is not persisted there (read from the scope's unit files, systemd.unit_dirs).
-  if (daemon) EXPECT_EQ(daemon->output().find("systemd now allows"), std::string::npos) << daemon->output();
+  if (daemon) {
+    EXPECT_EQ(daemon->output().find("systemd now allows"), std::string::npos) << daemon->output();
+  }
   EXPECT_EQ(open_errno("/gpu/console"), before_["/gpu/console"])
       << "the systemd step narrowed the container" << (daemon ? "\n" + daemon->output() : std::string());
   if (daemon) {

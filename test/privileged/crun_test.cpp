@@ -158,7 +158,9 @@ TEST(CrunV2Program, TheInterpreterFollowsCrunsCodeAndTheWrapperKeepsItsVerdicts)
       const int kernel = container.open_errno(n.path);
       for (std::uint8_t access : {kAccessRead, kAccessWrite, kAccessReadWrite}) {
         const Verdict v = run_device_program(crun.code, {DeviceType::kChar, n.major, n.minor}, access);
-        if (access == kAccessRead) EXPECT_EQ(v == Verdict::kDeny, kernel == EPERM) << n.path;
+        if (access == kAccessRead) {
+          EXPECT_EQ(v == Verdict::kDeny, kernel == EPERM) << n.path;
+        }
         EXPECT_NE(v, Verdict::kUnknown) << n.path << ": an instruction the interpreter does not run";
       }
     }

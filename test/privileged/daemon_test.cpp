@@ -20,7 +20,9 @@ class DaemonOnRealCgroups : public DaemonTest {
     if (daemon_) {
       bool was_running = daemon_->output().find(" ready") != std::string::npos;
       int code = daemon_->stop();
-      if (was_running) EXPECT_EQ(code, 0) << "daemon did not exit cleanly on SIGTERM\n" << daemon_->output();
+      if (was_running) {
+        EXPECT_EQ(code, 0) << "daemon did not exit cleanly on SIGTERM\n" << daemon_->output();
+      }
     }
   }
   const SandboxContainer& gpu_container(const std::string& name, int gpu, bool uvm = true) {

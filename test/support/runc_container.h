@@ -56,10 +56,10 @@ class OciContainer {
     bool systemd_cgroup = false;  // --systemd-cgroup: the runtime asks systemd for a scope
     // Where the runtime itself sees the bundle and keeps its state, when it runs in another
     // mount namespace than this process (empty: bundle_dir, and a temporary directory).
-    std::string runtime_bundle_dir;
-    std::string runtime_state_dir;
+    std::string runtime_bundle_dir{};
+    std::string runtime_state_dir{};
     // crun only: the memlock shim's path as the runtime sees it (empty: the one built here).
-    std::string memlock_shim;
+    std::string memlock_shim{};
   };
 
   static bool available(OciRuntime runtime = OciRuntime::kRunc);

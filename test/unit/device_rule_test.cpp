@@ -38,8 +38,12 @@ TEST(DeviceRule, ParsesLikeTheKernel) {
   for (const auto& c : cases) {
     auto r = parse_device_rule(c.text);
     EXPECT_EQ(r.ok(), c.ok) << "'" << c.text << "'";
-    if (r.ok() && c.ok) EXPECT_EQ(*r, c.rule) << "'" << c.text << "'";
-    if (!r.ok()) EXPECT_FALSE(r.error().message.empty());
+    if (r.ok() && c.ok) {
+      EXPECT_EQ(*r, c.rule) << "'" << c.text << "'";
+    }
+    if (!r.ok()) {
+      EXPECT_FALSE(r.error().message.empty());
+    }
   }
 }
 

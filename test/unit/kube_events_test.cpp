@@ -91,7 +91,9 @@ TEST(KubeEventMessage, TenantTextIsBoundedAndHasNoControlCharacters) {
   Incident big = make_incident(Cause::kObserveMode, f);
   EXPECT_LE(big.message.size(), kMaxMessageBytes);
   EventState e{kPod, "n", big.reason, big.message, 1, {}, {}};
-  EXPECT_NO_THROW((void)json::parse(create_body(e, {})));
+  json body;
+  EXPECT_NO_THROW(body = json::parse(create_body(e, {})));
+  EXPECT_TRUE(body.is_object());
 }
 
 TEST(KubeEventMessage, KeyIgnoresPidAndDurationButNotDevicesOrWriter) {

@@ -186,19 +186,20 @@ TEST(RepairLogLimit, DefaultsBoundAFightLoopsLines) {
   RepairLogLimit l(defaults.repair.log_burst, defaults.repair.log_interval);
   // 200 repairs a second for a minute, summaries written when due.
   std::uint64_t lines = 0, counted = 0;
-  std::optional<Clock::time_point> summary_at;
+  constexpr Clock::time_point kNone = Clock::time_point::max();  // no summary due
+  Clock::time_point summary_at = kNone;
   for (int i = 0; i < 200 * 60; ++i) {
     const auto now = t0 + i * 5ms;
-    if (summary_at && now >= *summary_at) {
-      if (auto s = l.take_summary(*summary_at)) ++lines, counted += s->unlogged;
-      summary_at.reset();
+    if (now >= summary_at) {
+      if (auto s = l.take_summary(summary_at)) ++lines, counted += s->unlogged;
+      summary_at = kNone;
     }
     const auto d = l.on_repair(now);
     if (d.log) ++lines, counted += 1 + d.unlogged;
-    if (d.summary_at) summary_at = d.summary_at;
+    if (d.summary_at) summary_at = *d.summary_at;
   }
-  if (summary_at) {
-    if (auto s = l.take_summary(*summary_at)) ++lines, counted += s->unlogged;
+  if (summary_at != kNone) {
+    if (auto s = l.take_summary(summary_at)) ++lines, counted += s->unlogged;
   }
   EXPECT_LE(lines, defaults.repair.log_burst + 7u) << "the burst, then one line per 10 s";
   EXPECT_EQ(counted, 200u * 60u) << "every repair is in a line or a count";
