@@ -28,9 +28,7 @@ const WantedDevice kGpu{{DeviceType::kChar, 195, 0}, kAccessReadWrite, "nvidia0"
 class DeviceProgramsSubgroup : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!CgroupSandbox::available("unified")) GTEST_SKIP() << "needs root and cgroup2 at /sys/fs/cgroup/unified";
-    ForeignProgram probe("", {kDenyAll});
-    if (probe.fd < 0) GTEST_SKIP() << "BPF_PROG_LOAD refused: " << std::strerror(probe.load_errno);
+    if (const std::string why = v2_device_programs_unavailable(); !why.empty()) GTEST_SKIP() << why;
     sandbox_ = std::make_unique<CgroupSandbox>("unified", "subgroup");
     scope_ = sandbox_->make("scope");
     sandbox_->make("scope/container");

@@ -29,9 +29,7 @@ const OciDeviceCgroupRule kAllowNull{true, DeviceRule{DeviceType::kChar, 1, 3, k
 class KeptCgroupDirs : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!CgroupSandbox::available("unified")) GTEST_SKIP() << "needs root and a writable cgroup2 hierarchy";
-    ForeignProgram probe("", {kDenyAll});
-    if (probe.fd < 0) GTEST_SKIP() << "BPF_PROG_LOAD refused: " << std::strerror(probe.load_errno);
+    if (const std::string why = v2_device_programs_unavailable(); !why.empty()) GTEST_SKIP() << why;
     sandbox_ = std::make_unique<CgroupSandbox>("unified", "kept");
     dir_ = sandbox_->make("ctr");
   }

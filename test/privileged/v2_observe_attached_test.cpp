@@ -38,9 +38,7 @@ constexpr std::uint32_t kMulti = BPF_F_ALLOW_MULTI;
 class ObserveAttached : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!CgroupSandbox::available("unified")) GTEST_SKIP() << "needs root and cgroup2 at /sys/fs/cgroup/unified";
-    ForeignProgram probe("", {kDenyAll});
-    if (probe.fd < 0) GTEST_SKIP() << "BPF_PROG_LOAD refused: " << std::strerror(probe.load_errno);
+    if (const std::string why = v2_device_programs_unavailable(); !why.empty()) GTEST_SKIP() << why;
     sandbox_ = std::make_unique<CgroupSandbox>("unified", "observe-attached");
     dir_ = sandbox_->make("ctr");
     sandbox_->add_sleeper("ctr");

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "backend/device_program_code.h"
+#include "support/cgroup_sandbox.h"
 
 namespace gdw::test {
 namespace {
@@ -98,6 +100,14 @@ int ForeignProgram::attach(const std::string& cgroup_dir) const {
   int err = r == 0 ? 0 : errno;
   ::close(cg);
   return err;
+}
+
+std::string v2_device_programs_unavailable() {
+  if (!CgroupSandbox::available("unified")) return "needs root and a writable cgroup2 at /sys/fs/cgroup/unified";
+  const OciDeviceCgroupRule deny_all{false, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}};
+  ForeignProgram probe("", {deny_all});
+  if (probe.fd < 0) return std::string("BPF_PROG_LOAD refused: ") + std::strerror(probe.load_errno);
+  return "";
 }
 
 }  // namespace gdw::test

@@ -41,4 +41,8 @@ struct ForeignProgram {
   void load(const std::string& name, const std::vector<bpf_insn>& insns);
 };
 
+// Why a test of cgroup v2 device programs cannot run here: no root and writable cgroup2 at
+// /sys/fs/cgroup/unified, or BPF_PROG_LOAD refused. Empty when it can.
+std::string v2_device_programs_unavailable();
+
 }  // namespace gdw::test
