@@ -107,6 +107,8 @@ const ConfigKey kKeys[] = {
         cv::OneOf<SyscallHookPolicy>{{{"auto", SyscallHookPolicy::kAuto}, {"always", SyscallHookPolicy::kAlways},
                                       {"on-drift", SyscallHookPolicy::kOnDrift}, {"off", SyscallHookPolicy::kOff}}}),
     key("probe.syscall_hook_linger", &C::probe, &C::Probe::syscall_hook_linger, cv::Period{D{0}, D{86400000}}),
+    key("repair.apply_quiet", &C::repair, &C::Repair::apply_quiet, cv::Period{D{1}, D{1000}}),
+    key("repair.apply_wait_limit", &C::repair, &C::Repair::apply_wait_limit, cv::Period{D{0}, D{60000}}),
     key("repair.burst", &C::repair, &C::Repair::burst, cv::Count{1, 1000000}),
     key("repair.log_burst", &C::repair, &C::Repair::log_burst, cv::Count{1, 10000}),
     key("repair.log_interval", &C::repair, &C::Repair::log_interval, cv::Period{D{100}, D{3600000}}),

@@ -115,6 +115,11 @@ struct Config {
     std::uint32_t log_burst = 10;
     Duration log_interval{10000};
     Duration rejected_backoff{30000};    // after the kernel refuses a grant
+    // Never act inside a runtime's own apply (core/apply_wait.h): a grant waits for the
+    // revoking runtime to exit, its create to end, or (no writer named) the rule writes to
+    // go quiet for `apply_quiet`; at most `apply_wait_limit` (0: never waits).
+    Duration apply_wait_limit{1000};
+    Duration apply_quiet{5};
     bool operator==(const Repair&) const = default;
   } repair;
 

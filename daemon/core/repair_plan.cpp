@@ -100,6 +100,8 @@ PersistencePlan plan_persistence(const RepairState& state, const std::optional<s
                                  const std::vector<WantedDevice>& granted, Clock::time_point now,
                                  const RepairSettings& settings) {
   PersistencePlan plan;
+  // Observe mode writes nothing: no unit property either.
+  if (settings.mode != Mode::kEnforce) return plan;
   const std::vector<WantedDevice>& devices = lacking ? *lacking : granted;
   if (devices.empty() || state.persist_in_flight) return plan;
   const bool all_taken_lately =

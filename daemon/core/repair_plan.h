@@ -110,7 +110,7 @@ struct PersistencePlan {
 // systemd driver, for a scope that restricts devices: what to add to its DeviceAllow= now.
 // `lacking`: the wanted devices its unit files lack (exposure), nullopt when they could not
 // be read; `granted`: what a grant just restored. Unit files read, whatever they lack is
-// added, before any harm; unread, the devices just granted. Nothing while a call is under
+// added, before any harm; unread, the devices just granted. Nothing in observe mode. Nothing while a call is under
 // way; the same devices again only settings.persist_repeat after systemd last took them.
 PersistencePlan plan_persistence(const RepairState& state, const std::optional<std::vector<WantedDevice>>& lacking,
                                  const std::vector<WantedDevice>& granted, Clock::time_point now,

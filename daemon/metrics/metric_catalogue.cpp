@@ -119,6 +119,11 @@ const std::vector<MetricFamilySpec> kFamilies = {
      "cgroup v2: wrapper programs the daemon loaded, a verifier run each: while a repair waited "
      "(when=\"repair\"), or after a repair, ahead of the next ones (when=\"ahead\").",
      {"when"}, Series::kAtStart, {"repair", "ahead"}},
+    {Id::kApplyWaits, Type::kCounter, "gpu_devwatch_apply_waits_total",
+     "Checks that waited for a runtime's own apply to end before granting, by what ended the wait: "
+     "the writer's exit (writer_exit), the runtime's create (create), rule writes going quiet "
+     "without a named writer (quiet), or repair.apply_wait_limit (limit).",
+     {"until"}, Series::kAtStart, {"writer_exit", "create", "quiet", "limit"}},
     {Id::kCheckpointStale, Type::kGauge, "gpu_devwatch_checkpoint_stale",
      "1 when the kubelet checkpoint names devices this host does not have or another boot's BootID.",
      {}, Series::kAtStart},

@@ -25,7 +25,7 @@ enum class MetricId : std::uint8_t {
   kSyscallHookAttached, kAttachHookAttached, kCapabilityHookAttached, kPodResourcesCalls, kPodResourcesUp,
   kPodResourcesLatency,
   kAllocationDisagreements, kAmbiguousPodIdentities, kIdentityConflicts, kCdiSpecErrors,
-  kCdiUnresolvedDevices, kDevicePrograms, kDeviceProgramsReplaced, kDeviceProgramsLoaded, kCheckpointStale,
+  kCdiUnresolvedDevices, kDevicePrograms, kDeviceProgramsReplaced, kDeviceProgramsLoaded, kApplyWaits, kCheckpointStale,
   kCheckpointUnknownDevices, kRemediationHeld, kRemediations, kDevicePluginUp, kDevicePluginLatency,
   kCheckpointLastWrite, kNewestContainerStart, kCheckpointLag, kRevocations, kDeniedOpens,
   kRingBufferDrops, kProbeRecordDelay, kEventsSent, kEventsDropped, kExposedDevices, kContainersExposed,

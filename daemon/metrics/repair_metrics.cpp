@@ -36,3 +36,11 @@ void RepairMetrics::programs_loaded(std::size_t n, bool ahead) {
 }
 
 }  // namespace gdw
+
+namespace gdw {
+
+void RepairMetrics::apply_wait(std::string_view until) {
+  m_->counters(MetricId::kApplyWaits).Add({{"until", std::string(until)}}).Increment();
+}
+
+}  // namespace gdw

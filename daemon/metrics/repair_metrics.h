@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "metrics/container_labels.h"
 
@@ -24,6 +25,9 @@ class RepairMetrics {
   void programs_replaced(std::size_t n);
   // cgroup v2: wrappers loaded while a repair waited, or ahead of the next repairs.
   void programs_loaded(std::size_t n, bool ahead);
+  // A check waited for a runtime's apply to end; `until`: what ended the wait
+  // (core/apply_wait.h: writer_exit, create, quiet, limit).
+  void apply_wait(std::string_view until);
 
  private:
   Metrics* m_;

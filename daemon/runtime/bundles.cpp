@@ -145,4 +145,15 @@ const Bundle* BundleIndex::find_or_load(const std::string& container_id) {
   return nullptr;
 }
 
+std::string create_pid_file(const Bundle& bundle) {
+  const std::size_t slash = bundle.config_path.rfind('/');
+  if (slash == std::string::npos) return {};
+  const std::string dir = bundle.config_path.substr(0, slash);
+  switch (bundle.info.runtime) {
+    case RuntimeKind::kContainerd: return dir + "/init.pid";
+    case RuntimeKind::kCrio: return dir + "/pidfile";
+    default: return {};
+  }
+}
+
 }  // namespace gdw

@@ -34,6 +34,12 @@ struct Bundle {
   OciContainerInfo info;
 };
 
+// The pid file the runtime writes beside the bundle once its create has ended (runc and
+// crun write --pid-file last, after the device policy is applied and checked): containerd's
+// shim asks for <bundle>/init.pid, CRI-O's conmon for <userdata>/pidfile. Empty where the
+// runtime is not known to write one.
+std::string create_pid_file(const Bundle& bundle);
+
 class BundleIndex {
  public:
   explicit BundleIndex(std::vector<std::string> state_dirs);

@@ -29,6 +29,13 @@ constexpr auto kPrepareGrantDelay = std::chrono::milliseconds(2);
 constexpr Clock::duration kProgramSweep[] = {std::chrono::milliseconds(1), std::chrono::milliseconds(10),
                                              std::chrono::milliseconds(100), std::chrono::seconds(1)};
 
+ApplyWaitSettings apply_wait_settings(const Config& config) {
+  ApplyWaitSettings s;
+  s.limit = config.repair.apply_wait_limit;
+  s.quiet = config.repair.apply_quiet;
+  return s;
+}
+
 NodeMetrics::ExposedDevices exposure_counts(const Exposure& exposure) {
   NodeMetrics::ExposedDevices n;
   for (const auto& e : exposure.exposed) {
@@ -60,6 +67,7 @@ ContainerFleet::ContainerFleet(const Config& config, RepairSettings settings, Ev
                      check_gpu_containers();
                      update_gauges();
                    }),
+      apply_waits_(loop, metrics, apply_wait_settings(config), [this](const std::string& dir) { on_apply_wait_due(dir); }),
       gauges_(node_metrics_) {}
 
 ContainerFleet::~ContainerFleet() {
@@ -171,7 +179,7 @@ void ContainerFleet::on_container_events() {
   dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
   // A storm's revoke-and-repair leaves every count as it was: no O(N) gauge walk for it.
   const bool moved = check_ids(trigger, events.rule_writes);
-  const bool dirs_moved = check_dirs(trigger, dirs);
+  const bool dirs_moved = check_dirs(trigger, dirs, /*write_event=*/true);
   if (!events.only_rule_writes())
     gauges_changed();  // containers came, went or were read again
   else if (moved || dirs_moved)
@@ -192,7 +200,8 @@ void ContainerFleet::act(ProbeBatch batch) {
     // Named only if the change leaves wanted devices denied.
     if (WatchedContainer* w = containers_.by_cgroup_id(change.cgroup_id))
       moved |= check(*w, Clock::now(),
-                     {.program_change = &change.change, .program_change_on_subgroup = change.on_subgroup});
+                     {.program_change = &change.change, .program_change_on_subgroup = change.on_subgroup},
+                     /*write_event=*/true);
   }
   if (moved) gauges_moved();
   for (const auto& created : batch.created) {
@@ -225,6 +234,8 @@ void ContainerFleet::sweep_programs() {
 
 void ContainerFleet::upsert(const DiscoveredContainer& cg, bool check_new) {
   auto [w, inserted] = containers_.upsert(cg, config_);
+  // Its runtime may still be creating it: its grants wait for the create to end.
+  if (inserted && synced_) w.appeared_while_running = true;
   if (inserted) {
     struct stat st{};
     if (::stat(cg.cgroup_dir.c_str(), &st) == 0) {
@@ -264,6 +275,8 @@ void ContainerFleet::apply_target(WatchedContainer& w, ContainerTarget target) {
     w.labels = labels;
   }
   const bool is_gpu = w.is_gpu();
+  if (w.appeared_while_running && !w.create_ended && w.create_marker.empty() && w.target.bundle)
+    w.create_marker = create_pid_file(*w.target.bundle);
   if (is_gpu && w.cgroup_id == 0) {
     struct stat st{};
     if (::stat(w.cgroup.cgroup_dir.c_str(), &st) == 0) containers_.set_cgroup_id(w, st.st_ino);
@@ -322,23 +335,26 @@ void ContainerFleet::check_gpu_containers() {
   check_dirs(Clock::now(), containers_.dirs([](const WatchedContainer& w) { return w.is_gpu(); }));
 }
 
-bool ContainerFleet::check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs) {
+bool ContainerFleet::check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs, bool write_event) {
   bool moved = false;
   // A check may drop a container whose cgroup vanished: each is looked up by name.
   for (const auto& dir : dirs)
-    if (WatchedContainer* w = containers_.find(dir)) moved |= check(*w, trigger);
+    if (WatchedContainer* w = containers_.find(dir)) moved |= check(*w, trigger, {}, write_event);
   return moved;
 }
 
 bool ContainerFleet::check_ids(Clock::time_point trigger, const std::vector<std::uint64_t>& cgroup_ids) {
   bool moved = false;
   for (std::uint64_t id : cgroup_ids)
-    if (WatchedContainer* w = containers_.by_cgroup_id(id)) moved |= check(*w, trigger);
+    if (WatchedContainer* w = containers_.by_cgroup_id(id)) moved |= check(*w, trigger, {}, /*write_event=*/true);
   return moved;
 }
 
-bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause) {
+bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause, bool write_event) {
   if (!access_ || !w.is_gpu()) return false;
+  // Never inside a runtime's own apply: observe mode writes nothing, so it never waits.
+  if (settings_.mode == Mode::kEnforce && apply_waits_.wait(w, apply_wait_request(w, trigger, cause, write_event)))
+    return false;
   const auto before = w.repair_gauge_inputs();
   CheckOutcome outcome = repair_.check(*access_, w, trigger, cause);
   if (outcome.gone) {

@@ -26,6 +26,7 @@
 #include "metrics/node_metrics.h"
 #include "metrics/repair_metrics.h"
 #include "node/node_model.h"
+#include "service/apply_waits.h"
 #include "service/attribution.h"
 #include "service/container_table.h"
 #include "service/container_watches.h"
@@ -86,11 +87,17 @@ class ContainerFleet final : public ContainerLister {
   void apply_target(WatchedContainer& w, ContainerTarget target);
   void start_watching(WatchedContainer& w);
   void stop_watching(WatchedContainer& w);
-  // One check of `w` and what its outcome asks for. true: what the gauges count moved, or
-  // the container went.
-  bool check(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause = {});
+  // One check of `w` and what its outcome asks for, unless it waits for a runtime's apply
+  // to end (ApplyWaits; then it is made when the wait ends). `write_event`: it answers a
+  // rule write or program change. true: what the gauges count moved, or the container went.
+  bool check(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause = {}, bool write_event = false);
   bool check_ids(Clock::time_point trigger, const std::vector<std::uint64_t>& cgroup_ids);
-  bool check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs);
+  bool check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs, bool write_event = false);
+  // What the wait of a check of `w` goes by: the revoking writer the probe named since its
+  // last check, if one whose exit is waited for.
+  ApplyWaits::Request apply_wait_request(const WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause,
+                                         bool write_event) const;
+  void on_apply_wait_due(const std::string& dir);
   void schedule_retry(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger);
   void on_retry(const std::string& dir);
   // systemd driver: adds to the scope's DeviceAllow= what it lacks (or, its unit files
@@ -122,6 +129,7 @@ class ContainerFleet final : public ContainerLister {
   ProbeLink probe_;
   RepairLoop repair_;
   SystemdPersistence persistence_;
+  ApplyWaits apply_waits_;
   FleetGauges gauges_;
   GaugeTally gauge_tally_;
   bool gauge_tally_whole_ = false;  // false: every share is read again at the next count

@@ -51,6 +51,7 @@ void ContainerFleet::remove(const std::string& cgroup_dir) {
   WatchedContainer* w = containers_.find(cgroup_dir);
   if (!w) return;
   watches_.unwatch(*w);
+  apply_waits_.forget(cgroup_dir);
   if (access_) access_->forget(cgroup_dir);
   if (w->is_gpu()) {
     probe_.unwatch(*w);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/device_programs_v2.h"
+#include "core/apply_wait.h"
 #include "core/repair_plan.h"
 #include "core/revocation.h"
 #include "log/log.h"
@@ -51,6 +52,14 @@ struct WatchedContainer {
   bool watching = false;
   std::vector<int> wds;
   std::vector<int> restoring_wds;  // while devices are missing (DeviceAccess::restoring_rule_files)
+
+  // Never act inside a runtime's apply (core/apply_wait.h): the wait's state; for a
+  // container that appeared while the daemon ran, the runtime's pid file whose appearance
+  // says its create ended (empty: none is waited for).
+  ApplyWaitState apply_wait;
+  bool appeared_while_running = false;
+  std::string create_marker;
+  bool create_ended = false;
 
   // Repair: drift, back-off, the fight-loop guard, systemd persistence.
   RepairState repair;

@@ -125,7 +125,8 @@ class RealGpuIncident : public ::testing::Test {
     files_.write("containerd/" + p.id + "/config.json", bundle_json(p, container, with_gpu));
     ForeignProgram runtime("", runtime_rules(with_gpu));
     if (runtime.fd < 0 || runtime.attach(p.dir) != 0) throw std::runtime_error("cannot attach a program to " + p.dir);
-    cgroups_->add_sleeper(p.rel);
+    const pid_t sleeper = cgroups_->add_sleeper(p.rel);
+    files_.write("containerd/" + p.id + "/init.pid", std::to_string(sleeper));  // the create has ended
     return p;
   }
 

@@ -76,7 +76,8 @@ void OciContainer::start() {
         {{"allow", true}, {"type", r.type}, {"major", r.major}, {"minor", r.minor}, {"access", r.access}});
   write_file(options_.bundle_dir + "/config.json", doc.dump(2));
   const std::string bundle = options_.runtime_bundle_dir.empty() ? options_.bundle_dir : options_.runtime_bundle_dir;
-  auto run = cli({"run", "-d", "--bundle", bundle, options_.id});
+  // As containerd's shim asks: the pid file, written once the create has ended.
+  auto run = cli({"run", "-d", "--pid-file", bundle + "/init.pid", "--bundle", bundle, options_.id});
   started_ = run.exit_code == 0;
   if (!started_) start_error_ = to_string(options_.runtime) + " run: " + run.out + run.err;
 }

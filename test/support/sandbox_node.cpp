@@ -225,6 +225,12 @@ const SandboxContainer& SandboxNode::add_container(SandboxContainerSpec spec) {
     for (const auto& text : hook_rules) cgroups_.allow(c.cgroup_rel, text);
   }
   c.sleeper = cgroups_.add_sleeper(c.cgroup_rel);
+  // The create has ended: the pid file the runtime writes last (runtime/bundles.h).
+  if (c.spec.with_bundle) {
+    files_.write(crio ? "crio/overlay-containers/" + c.id + "/userdata/pidfile"
+                      : "run/containerd/io.containerd.runtime.v2.task/k8s.io/" + c.id + "/init.pid",
+                 std::to_string(c.sleeper));
+  }
   containers_.push_back(c);
   return containers_.back();
 }

@@ -76,6 +76,8 @@ ScopeContainer SystemdGpuNode::start_container(const std::vector<std::string>& p
         {"io.kubernetes.cri.sandbox-uid", c.pod_uid}}},
       {"linux", {{"cgroupsPath", c.slice + ":cri-containerd:" + c.id}, {"resources", {{"devices", devices}}}}}};
   files_.write("run/" + c.id + "/config.json", spec.dump());
+  // Started already (the scope's process runs): the pid file the runtime writes last.
+  files_.write("run/" + c.id + "/init.pid", "1");
   files_.write("kubelet/kubelet_internal_checkpoint", one_gpu_checkpoint(c.pod_uid, "cuda", kSystemdNodeGpu));
   return c;
 }

@@ -368,3 +368,22 @@ TEST(RepairStep, ObserveModeAndRefusalsAndGoneCgroups) {
 
 }  // namespace
 }  // namespace gdw
+
+namespace gdw {
+namespace {
+
+TEST(PlanPersistence, ObserveModeAsksSystemdForNothing) {
+  RepairSettings observe;
+  observe.mode = Mode::kObserve;
+  RepairState state{RepairBudget(10, 600)};
+  const std::vector<WantedDevice> lacking{
+      WantedDevice{DeviceNumber{DeviceType::kChar, 195, 0}, kAccessReadWrite, "nvidia0", "test"}};
+  EXPECT_TRUE(plan_persistence(state, lacking, {}, Clock::now(), observe).devices.empty())
+      << "observe mode writes no DeviceAllow=";
+  EXPECT_TRUE(plan_persistence(state, std::nullopt, lacking, Clock::now(), observe).devices.empty());
+  RepairSettings enforce;
+  EXPECT_EQ(plan_persistence(state, lacking, {}, Clock::now(), enforce).devices.size(), 1u);
+}
+
+}  // namespace
+}  // namespace gdw

@@ -1,0 +1,122 @@
+#include "service/apply_waits.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "log/log.h"
+#include "service/arm_timer.h"
+
+namespace gdw {
+namespace {
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+bool exited(int pidfd) {
+  struct pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) != 0;  // readable (or an error): the process is gone
+}
+
+}  // namespace
+
+ApplyWaits::ApplyWaits(EventLoop& loop, Metrics& metrics, ApplyWaitSettings settings, Due due)
+    : loop_(loop), daemon_metrics_(metrics), metrics_(metrics), settings_(settings), due_(std::move(due)) {}
+
+void ApplyWaits::take_writer(Held& h, pid_t pid) {
+  if (pid <= 0 || (pid == h.pid && h.pidfd.valid())) return;
+  v2_kernel::OwnedFd fd(pidfd_open(pid));
+  if (!fd.valid() || exited(fd.get())) return;  // gone already: its apply has ended
+  h.exit_source = EventSource();
+  h.pidfd = std::move(fd);
+  h.pid = pid;
+}
+
+bool ApplyWaits::writer_running(Held& h) {
+  if (!h.pidfd.valid()) return false;
+  if (!exited(h.pidfd.get())) return true;
+  h.exit_source = EventSource();
+  h.pidfd = v2_kernel::OwnedFd();
+  return false;
+}
+
+bool ApplyWaits::create_pending(WatchedContainer& w) const {
+  if (w.create_ended || w.create_marker.empty()) return false;
+  struct stat st{};
+  if (::stat(w.create_marker.c_str(), &st) == 0) {
+    w.create_ended = true;  // the pid file stays while the container lives: one stat until seen
+    return false;
+  }
+  return true;
+}
+
+bool ApplyWaits::wait(WatchedContainer& w, const Request& r) {
+  const std::string& dir = w.cgroup.cgroup_dir;
+  auto it = held_.find(dir);
+  if (it == held_.end() && r.writer == 0 && !r.unnamed_write && (w.create_ended || w.create_marker.empty()) &&
+      !w.apply_wait.since && Clock::now() >= w.apply_wait.quiet_until)
+    return false;  // the common case, decided without a lookup
+  Held& h = it != held_.end() ? it->second : held_[dir];
+  take_writer(h, r.writer);
+  ApplyWaitInputs in;
+  if (writer_running(h)) in.live_writer = h.pid;
+  in.create_pending = create_pending(w);
+  in.unnamed_write = r.unnamed_write;
+  const auto now = Clock::now();
+  const ApplyWaitDecision d = decide_apply_wait(w.apply_wait, in, r.trigger, now, settings_);
+  if (!d.wait) {
+    // A create that did not end within the limit is not waited for again.
+    if (d.ended == ApplyWaitReason::kLimit && in.create_pending) w.create_ended = true;
+    if (d.ended) ended(w, h, d);
+    held_.erase(dir);
+    return false;
+  }
+  Kept& kept = h.kept ? *h.kept : h.kept.emplace(Kept{r.trigger, std::nullopt});
+  kept.trigger = std::min(kept.trigger, r.trigger);
+  if (r.program_change) kept.program_change = *r.program_change;
+  if (in.live_writer && !h.exit_source) {
+    auto src = loop_.add_io(h.pidfd.get(), EPOLLIN, [this, dir](std::uint32_t) {
+      // Level-triggered: dropped now, so an exited writer wakes its owner once.
+      if (auto found = held_.find(dir); found != held_.end()) found->second.exit_source = EventSource();
+      due_(dir);
+    }, "writer-exit", -10);
+    if (src) h.exit_source = std::move(*src);
+  }
+  arm(dir, h, d.recheck_at);
+  return true;
+}
+
+void ApplyWaits::arm(const std::string& dir, Held& h, Clock::time_point at) {
+  if (!h.timer) {
+    auto t = loop_.add_timer([this, dir] { due_(dir); }, "apply-wait");
+    if (!t) return;  // the limit then comes with the next trigger or resync
+    h.timer = std::move(*t);
+  }
+  const auto now = Clock::now();
+  arm_timer(h.timer, at > now ? at - now : Clock::duration::zero(), "apply-wait", daemon_metrics_);
+}
+
+std::optional<ApplyWaits::Kept> ApplyWaits::take(const std::string& dir) {
+  auto it = held_.find(dir);
+  if (it == held_.end() || !it->second.kept) return std::nullopt;
+  return std::exchange(it->second.kept, std::nullopt);
+}
+
+void ApplyWaits::ended(const WatchedContainer& w, const Held& h, const ApplyWaitDecision& d) {
+  metrics_.apply_wait(to_string(*d.ended));
+  if (*d.ended != ApplyWaitReason::kLimit) return;
+  std::string what = "the rule writes to go quiet";
+  if (w.apply_wait.reason == ApplyWaitReason::kWriterExit)
+    what = "the writer (pid " + std::to_string(h.pid) + ") to exit";
+  else if (w.apply_wait.reason == ApplyWaitReason::kCreate)
+    what = "the runtime's create to end (" + w.create_marker + " not written)";
+  log::warn("granting after waiting " +
+                std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(settings_.limit).count()) +
+                " ms for " + what + " (repair.apply_wait_limit)",
+            w.log_fields());
+}
+
+}  // namespace gdw

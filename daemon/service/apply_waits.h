@@ -1,0 +1,76 @@
+// The container fleet's waits for a runtime's apply to end before a check may grant
+// (core/apply_wait.h decides). This part looks up what a decision needs, on the event loop
+// and bounded: whether the revoking writer still runs (a pidfd, opened once per writer),
+// whether the runtime's create has ended (its pid file, one stat until seen); and it arms
+// what ends a
+// wait: the writer's pidfd turning readable at its exit, or a timer (the quiet period, the
+// next look for the pid file, the limit). When a wait may have ended it tells its owner
+// through `due(dir)`; the owner checks the container again, which asks wait() again.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "backend/device_programs_v2_kernel.h"
+#include "core/apply_wait.h"
+#include "metrics/daemon_metrics.h"
+#include "metrics/repair_metrics.h"
+#include "probe/probe.h"
+#include "service/watched_container.h"
+#include "watch/event_loop.h"
+
+namespace gdw {
+
+class ApplyWaits {
+ public:
+  using Due = std::function<void(const std::string& dir)>;
+  ApplyWaits(EventLoop& loop, Metrics& metrics, ApplyWaitSettings settings, Due due);
+
+  struct Request {
+    Clock::time_point trigger{};
+    // The revoking writer the probe named for this check, when writer_waited_for() its
+    // name; 0: none.
+    pid_t writer = 0;
+    bool unnamed_write = false;   // a rule write or program change nobody named
+    const DeviceProgramEvent* program_change = nullptr;  // the check's cause, kept while it waits
+  };
+  // Whether the check of `w` must wait now; if so, its trigger and cause are kept for the
+  // check that follows due().
+  bool wait(WatchedContainer& w, const Request& request);
+  // What a wait that ended kept: the oldest trigger and the latest program change.
+  struct Kept {
+    Clock::time_point trigger{};
+    std::optional<DeviceProgramEvent> program_change;
+  };
+  std::optional<Kept> take(const std::string& dir);
+  void forget(const std::string& dir) { held_.erase(dir); }
+  std::size_t waiting() const { return held_.size(); }
+
+ private:
+  struct Held {
+    v2_kernel::OwnedFd pidfd;  // the writer's, while it runs
+    pid_t pid = 0;
+    EventSource exit_source;
+    EventSource timer;
+    std::optional<Kept> kept;
+  };
+  // The writer named now, looked up unless it is the one already held.
+  void take_writer(Held& h, pid_t pid);
+  bool writer_running(Held& h);
+  bool create_pending(WatchedContainer& w) const;
+  void arm(const std::string& dir, Held& h, Clock::time_point at);
+  void ended(const WatchedContainer& w, const Held& h, const ApplyWaitDecision& d);
+
+  EventLoop& loop_;
+  DaemonMetrics daemon_metrics_;
+  RepairMetrics metrics_;
+  const ApplyWaitSettings settings_;
+  Due due_;
+  std::unordered_map<std::string, Held> held_;  // by cgroup dir, while looked at
+};
+
+}  // namespace gdw

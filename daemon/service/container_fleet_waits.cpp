@@ -1,0 +1,40 @@
+// The container fleet's part in never acting inside a runtime's apply (service/apply_waits.h):
+// what a check's wait goes by, and the check made when a wait ends.
+#include "core/writer_name.h"
+#include "service/container_fleet.h"
+
+namespace gdw {
+
+ApplyWaits::Request ContainerFleet::apply_wait_request(const WatchedContainer& w, Clock::time_point trigger,
+                                                       const CheckCause& cause, bool write_event) const {
+  ApplyWaits::Request r{.trigger = trigger, .program_change = cause.program_change};
+  bool named = false;
+  if (const DeviceProgramEvent* change = cause.program_change) {
+    named = true;
+    // Named from the record's comms alone: the executable is read after the grant.
+    const ProcessInfo& p = change->caller;
+    if (writer_waited_for(recognise_writer({p.comm, p.parent_comm, "", p.pid}))) r.writer = p.pid;
+  } else if (const auto& rev = w.last_revocation; rev && rev->at > w.last_check) {
+    named = true;
+    if (writer_waited_for(rev->writer)) r.writer = rev->pid;
+  } else if (const Revocation* given = cause.revocation) {
+    named = true;
+    if (writer_waited_for(given->writer)) r.writer = given->pid;
+  }
+  r.unnamed_write = write_event && !named;
+  return r;
+}
+
+void ContainerFleet::on_apply_wait_due(const std::string& dir) {
+  WatchedContainer* w = containers_.find(dir);
+  if (!w) {
+    apply_waits_.forget(dir);
+    return;
+  }
+  const auto kept = apply_waits_.take(dir);
+  CheckCause cause;
+  if (kept && kept->program_change) cause.program_change = &*kept->program_change;
+  if (check(*w, kept ? kept->trigger : Clock::now(), cause)) gauges_moved();
+}
+
+}  // namespace gdw
