@@ -230,9 +230,11 @@ TEST_F(DaemonOnRealCgroups, ARepeatedRevokerIsRateLimitedButStillRepaired) {
   const auto& c = gpu_container("trainer", 0);
   node_->write_checkpoint();
   ASSERT_TRUE(daemon_->start("repair:\n  burst: 3\n  max_per_minute: 600\n")) << daemon_->output();
+  // Further apart than repair.apply_quiet (5 ms): without the probe no writer is named, and
+  // re-applies closer together are repaired once, when they go quiet.
   for (int i = 0; i < 30; ++i) {
     node_->reapply_spec(c);
-    std::this_thread::sleep_for(2ms);
+    std::this_thread::sleep_for(10ms);
   }
   EXPECT_TRUE(eventually([&] { return daemon_->metric("gpu_devwatch_repairs_throttled_total", labels(c)) >= 1; }))
       << daemon_->output();
@@ -247,7 +249,9 @@ TEST_F(DaemonOnRealCgroups, ARepeatedRevokerIsRateLimitedButStillRepaired) {
 TEST_F(DaemonOnRealCgroups, AReapplierAt200PerSecondIsNeverHeldBackAndItsLogIsCounted) {
   const auto& c = gpu_container("trainer", 0);
   node_->write_checkpoint();
-  ASSERT_TRUE(daemon_->start("repair:\n  log_burst: 3\n  log_interval: 1s\n")) << daemon_->output();
+  // The probe on, as by default: it names the writer (this test, no runtime), so no
+  // re-apply waits for the writes to go quiet (5 ms apart here).
+  ASSERT_TRUE(daemon_->start("repair:\n  log_burst: 3\n  log_interval: 1s\n", /*probe=*/true)) << daemon_->output();
   const auto start = std::chrono::steady_clock::now();
   int reapplies = 0;
   for (auto next = start; next < start + 2s; next += 5ms, ++reapplies) {
