@@ -29,6 +29,8 @@ packages=(
   libfuzzer-14-dev libclang-rt-14-dev
   # tests: real runtimes, real systemd, promtool, helpers
   runc crun containerd busybox-static prometheus python3-yaml
+  # the CRI runtime matrix (test/runtime): kubelet's gRPC calls to containerd from Python
+  python3-grpcio python3-grpc-tools
   debootstrap systemd-container dbus
   # the container image (scripts/build-image.sh) and the Debian package (cpack, dpkg-shlibdeps)
   umoci dpkg-dev

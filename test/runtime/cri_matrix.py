@@ -1,0 +1,371 @@
+#!/usr/bin/python3
+"""The real-runtime matrix (issue 37): Debian's containerd 1.6 with its CRI plugin, driven over
+gRPC as kubelet drives it, with gpu-devwatch running beside it, in `enforce` mode and again in
+`observe` mode (the control: the daemon writes nothing). Counts runtime errors, checks every
+resource update landed, the GPU container whole again, nothing extra granted and the sandbox
+untouched.
+
+  cri_matrix.py --daemon build/daemon/gpu-devwatch [--memlock-shim build/test/libmemlock_shim.so]
+
+Environment:
+  GDW_CRI_ITERATIONS  iterations per cell and mode: each is one start, GDW_CRI_UPDATES
+                      updates and one restart (default 40; the issue's full run: 200)
+  GDW_CRI_UPDATES     updates per start (default 2)
+  GDW_CRI_CELLS       comma-separated subset of: v1-runc, v1-runc-rc93, v1-crun, v2-runc,
+                      v2-crun (default: all)
+  GDW_CRI_MODES       default "enforce,observe"
+  GDW_CRI_KEEP=1      keep the temp dir (logs) after the run
+  GDW_TEST_ROOTFS_CACHE  where fetch_old_runc.sh keeps runc 1.0.0~rc93 (/var/cache/gdw-test)
+  CI=true             a cell that could not run fails the test
+
+Exit: 0 pass, 1 fail, 77 skipped (not root; containerd, ctr, the shim, runc, crun or
+busybox-static missing).
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import containerd_stack as cs  # noqa: E402
+import gpu_node as gn  # noqa: E402
+import pod_loop  # noqa: E402
+
+SKIP = 77
+NOT_RUN_SYSTEMD = ("v2/systemd: not run here: it needs containerd and kubelet's slices under a real systemd "
+                   "(systemd-nspawn on the unified hierarchy); this test drives cgroupfs only")
+
+
+def env_int(name, default):
+    try:
+        return int(os.environ.get(name, "") or default)
+    except ValueError:
+        sys.exit("%s must be an integer" % name)
+
+
+def runtime_version(binary):
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except OSError:
+        return "?"
+    first = out.splitlines()[0] if out else "?"
+    return first.replace("runc version ", "runc ").replace("crun version ", "crun ")
+
+
+class Terminated(Exception):
+    pass
+
+
+def on_signal(signum, _frame):
+    raise Terminated("signal %d" % signum)
+
+
+def write_crun_wrapper(path):
+    """crun 1.8 refuses a hybrid node ("cgroups in hybrid mode not supported, drop all controllers
+    from cgroupv2"): on v1 it runs in a mount namespace of its own without the cgroup2 mount, as
+    on a legacy-only node (what test/support/runc_container.cpp does for its crun tests)."""
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n"
+                "exec unshare -m --propagation private sh -c "
+                "'! mountpoint -q /sys/fs/cgroup/unified || umount /sys/fs/cgroup/unified; "
+                "exec %s \"$@\"' crun \"$@\"\n" % cs.CRUN)
+    os.chmod(path, 0o755)
+
+
+def write_v2_wrapper(path, binary, preload=None):
+    """This node's cgroup2 has no cpu controller (cpu and cpuset are bound to v1), and containerd
+    always gives the sandbox CPU shares, which runc and crun turn into cpu.weight and fail on.
+    The wrapper drops linux.resources.cpu from a bundle before `<runtime> create` reads it;
+    nothing device-related changes. crun also gets the memlock shim (`preload`): crun 1.8 raises
+    RLIMIT_MEMLOCK before each BPF_PROG_LOAD and gives up when that fails, as it does where root
+    lacks CAP_SYS_RESOURCE (test/support/memlock_shim.c)."""
+    strip = ("import json,sys\n"
+             "a=sys.argv[1:]\n"
+             "b=a[a.index('--bundle')+1] if '--bundle' in a else '.'\n"
+             "p=b+'/config.json'\n"
+             "c=json.load(open(p))\n"
+             "c.get('linux',{}).get('resources',{}).pop('cpu',None)\n"
+             "json.dump(c,open(p,'w'))\n")
+    env = "env LD_PRELOAD=%s " % preload if preload else ""
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n"
+                "for a in \"$@\"; do\n"
+                "  if [ \"$a\" = create ]; then /usr/bin/python3 -c \"%s\" \"$@\" || exit 1; break; fi\n"
+                "done\n"
+                "exec %s%s \"$@\"\n" % (strip.replace('"', '\\"'), env, binary))
+    os.chmod(path, 0o755)
+
+
+RUNC_STATE = "/run/containerd/runc/k8s.io"  # where the shim's runtimes keep state, whatever containerd's state
+
+
+def remove_runtime_state(ids, run_containerd_existed):
+    """The runtime state of this test's IDs that a killed shim left, then the /run/containerd
+    directories if this test made them (rmdir: only when empty)."""
+    for cid in ids:
+        path = os.path.join(RUNC_STATE, cid)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+    if not run_containerd_existed:
+        for d in (RUNC_STATE, os.path.dirname(RUNC_STATE), "/run/containerd/s", "/run/containerd"):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+
+
+def run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, base, created, v2=False):
+    st = pod_loop.Stats(label, mode)
+    port = gn.free_port()
+    tag = "%s-%s" % (label.split()[0].replace("/", "-") + "-" + handler, mode)
+    cfg = node.write_config(os.path.join(base, "gdw-%s.yaml" % tag), mode, ctd.bundles_dir, port)
+    loop = pod_loop.PodLoop(cri, ctd, node, cgroups, st, handler, mode, v2=v2, updates=args.updates,
+                            cpus=args.cpus)
+    node.write_checkpoint([(loop.uid, "gpu", [gn.gpu_uuid(0)])])
+    if v2:
+        cgroups.make_v2("kubepods/burstable/pod" + loop.uid)
+    else:
+        cgroups.make_v1("kubepods/burstable/pod" + loop.uid)
+    daemon = gn.Daemon(daemon_bin, cfg, os.path.join(base, "gdw-%s.log" % tag), port)
+    daemon.start()
+    try:
+        loop.run(args.iterations)
+    finally:
+        created.extend(loop.created)
+        st.regrants = daemon.metric_sum("gpu_devwatch_regrants_total")
+        st.revocations = daemon.metric_sum("gpu_devwatch_revocations_total")
+        st.apply_waits = daemon.metric_sum("gpu_devwatch_apply_waits_total")
+        code = daemon.stop()
+        if code not in (0, None):
+            st.errors["gpu-devwatch exited %s" % code] = 1
+    print_run(st)
+    if st.runtime_errors and args.show_logs:
+        print("  daemon log (last lines):\n    " + daemon.log_tail(12).replace("\n", "\n    "))
+    return st
+
+
+def fmt_ms(x):
+    return "-" if x is None else "%.1f" % (x * 1000)
+
+
+def count(x):
+    return "-" if x is None else "%d" % x
+
+
+def print_run(st):
+    print("  %-28s %-8s starts %d/%d updates %d/%d (landed %d) restarts %d/%d runtime errors %d "
+          "whole %d/%d p50 %s ms p99 %s ms exec ok %d/%d; daemon: revocations %s regrants %s apply waits %s; "
+          "%.0f s" % (
+              st.cell, st.mode, st.starts, st.start_calls, st.updates, st.update_calls, st.updates_landed,
+              st.restarts, st.restart_calls, st.runtime_errors, st.whole, st.whole_checks, fmt_ms(st.percentile(50)),
+              fmt_ms(st.percentile(99)), st.exec_ok, st.exec_checks,
+              count(st.revocations), count(st.regrants), count(st.apply_waits), st.seconds), flush=True)
+    print("    whole again after (p50/p99 ms): " + ", ".join(
+        "%s %s/%s (%d)" % (what, fmt_ms(st.percentile(50, what)), fmt_ms(st.percentile(99, what)),
+                           len(st.latencies_by.get(what, []))) for what in ("start", "update", "restart")))
+    for text, n in sorted(st.errors.items(), key=lambda kv: -kv[1]):
+        print("    %4d x %s" % (n, text))
+
+
+def table(results, not_run):
+    head = ("cell", "mode", "starts", "updates", "restarts", "rt errors", "landed", "whole", "p50 ms", "p99 ms",
+            "extras", "sandbox")
+    rows = [head]
+    for st in results:
+        rows.append((st.cell, st.mode, "%d/%d" % (st.starts, st.start_calls), "%d/%d" % (st.updates, st.update_calls),
+                     "%d/%d" % (st.restarts, st.restart_calls), str(st.runtime_errors),
+                     "%d/%d" % (st.updates_landed, st.updates), "%d/%d" % (st.whole, st.whole_checks),
+                     fmt_ms(st.percentile(50)), fmt_ms(st.percentile(99)), str(len(st.extras)),
+                     "ok" if not st.sandbox_touched else "%d GPU rules" % len(st.sandbox_touched)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    print()
+    for i, r in enumerate(rows):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+    for reason in not_run:
+        print("not run: " + reason)
+
+
+def verdict(results, not_run, ci):
+    failures = []
+    for st in results:
+        name = "%s %s" % (st.cell, st.mode)
+        if st.runtime_errors:
+            failures.append("%s: %d runtime errors" % (name, st.runtime_errors))
+        if st.start_calls == 0:
+            failures.append("%s: nothing ran" % name)
+        if st.sandbox_touched:
+            failures.append("%s: the sandbox got GPU rules: %s" % (name, st.sandbox_touched[0]))
+        if st.mode != "enforce":
+            continue
+        if st.starts != st.start_calls or st.restarts != st.restart_calls or st.updates != st.update_calls:
+            failures.append("%s: not every start/update/restart succeeded" % name)
+        if st.updates_landed != st.updates:
+            failures.append("%s: %d updates did not land: %s" % (name, st.updates - st.updates_landed,
+                                                                 st.landed_failures[:1]))
+        if st.whole != st.whole_checks:
+            failures.append("%s: %d times not whole again within 1 s (%s)" % (
+                name, st.whole_checks - st.whole, ", ".join(sorted(set(st.not_whole)))))
+        if st.exec_ok != st.exec_checks:
+            failures.append("%s: opens from inside not as expected: %s" % (name, st.exec_failures[:2]))
+        if st.extras:
+            failures.append("%s: granted beyond the allocation: %s" % (name, st.extras[:2]))
+    if ci:
+        failures += ["not run under CI: " + r for r in not_run if not r.startswith("v2/systemd")]
+    return failures
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--daemon", required=True, help="the gpu-devwatch binary (copied before use)")
+    parser.add_argument("--memlock-shim", help="libmemlock_shim.so for crun on cgroup v2")
+    parser.add_argument("--show-logs", action="store_true", help="print daemon log tails on errors")
+    args = parser.parse_args()
+    args.iterations = env_int("GDW_CRI_ITERATIONS", 40)
+    args.updates = env_int("GDW_CRI_UPDATES", 2)
+    ncpu = os.cpu_count() or 1
+    args.cpus = ["0", "%d" % (ncpu - 1), "0-%d" % (ncpu - 1)] if ncpu > 1 else ["0"]
+    cells = [c for c in os.environ.get("GDW_CRI_CELLS", "v1-runc,v1-runc-rc93,v1-crun,v2-runc,v2-crun").split(",") if c]
+    modes = [m for m in os.environ.get("GDW_CRI_MODES", "enforce,observe").split(",") if m]
+    ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+    if os.geteuid() != 0:
+        print("SKIP: needs root (cgroups, mknod, containerd)")
+        return SKIP
+    missing = cs.missing_tools()
+    if missing:
+        print("SKIP: missing " + ", ".join(missing) + " (scripts/install-deps.sh installs them)")
+        return SKIP
+    try:
+        import grpc  # noqa: F401
+        import grpc_tools  # noqa: F401
+    except ImportError as e:
+        print("FAIL: %s: install python3-grpcio and python3-grpc-tools (scripts/install-deps.sh)" % e)
+        return 1
+    if not os.path.isdir("/sys/fs/cgroup/devices"):
+        print("FAIL: no cgroup v1 devices hierarchy at /sys/fs/cgroup/devices: the v1 cells need a hybrid host")
+        return 1
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    base = tempfile.mkdtemp(prefix="gdw-cri-matrix-")
+    cgroups = gn.TestCgroups()
+    daemon_bin = gn.copy_binary(args.daemon, base)
+    print("gpu-devwatch: " + subprocess.run([daemon_bin, "version"], capture_output=True, text=True).stdout.strip())
+    print("containerd: " + subprocess.run([cs.CONTAINERD, "--version"], capture_output=True, text=True).stdout.strip())
+    print("iterations per cell and mode: %d (each: 1 start, %d updates, 1 restart); temp dir %s; cgroups /%s" % (
+        args.iterations, args.updates, base, cgroups.name), flush=True)
+
+    not_run = [NOT_RUN_SYSTEMD]
+    created = []
+    run_containerd_existed = os.path.exists("/run/containerd")
+    results = []
+    stacks = []
+    began = time.monotonic()
+    failed_setup = None
+    try:
+        handlers = {"runc": cs.RUNC}
+        versions = {"runc": runtime_version(cs.RUNC)}
+        if "v1-runc-rc93" in cells:
+            old, why = cs.fetch_old_runc(os.environ.get("GDW_TEST_ROOTFS_CACHE") or None)
+            if old:
+                handlers["runc-rc93"] = old
+                versions["runc-rc93"] = runtime_version(old)
+            else:
+                not_run.append("v1/cgroupfs runc 1.0.0~rc93: " + why)
+        if "v1-crun" in cells:
+            write_crun_wrapper(os.path.join(base, "crun-v1"))
+            handlers["crun"] = os.path.join(base, "crun-v1")
+            versions["crun"] = runtime_version(cs.CRUN)
+        image_tar = os.path.join(base, "image.tar")
+        cs.build_image_tar(image_tar)
+
+        v1_cells = [(c, c[len("v1-"):]) for c in cells if c.startswith("v1-") and c[len("v1-"):] in handlers]
+        if v1_cells:
+            node = gn.GpuNode(os.path.join(base, "node-v1"), cgroups)
+            node.build()
+            ctd = cs.Containerd(os.path.join(base, "containerd-v1"), handlers)
+            stacks.append(ctd)
+            ctd.start()
+            ctd.import_image(image_tar)
+            from cri_client import CriClient
+            cri = CriClient(ctd.address, os.path.join(base, "gen"))
+            for cell, handler in v1_cells:
+                label = "v1/cgroupfs " + versions[handler]
+                for mode in modes:
+                    results.append(run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, base,
+                                            created))
+            cri.close()
+        v2_handlers = {}
+        if "v2-runc" in cells:
+            write_v2_wrapper(os.path.join(base, "runc-v2"), cs.RUNC)
+            v2_handlers["runc"] = os.path.join(base, "runc-v2")
+        if "v2-crun" in cells:
+            if args.memlock_shim and os.path.exists(args.memlock_shim):
+                write_v2_wrapper(os.path.join(base, "crun-v2"), cs.CRUN, args.memlock_shim)
+                v2_handlers["crun"] = os.path.join(base, "crun-v2")
+                versions["crun"] = runtime_version(cs.CRUN)
+            else:
+                not_run.append("v2/cgroupfs crun: needs --memlock-shim (libmemlock_shim.so, built with the tests): "
+                               "root lacks CAP_SYS_RESOURCE here and crun 1.8 gives up when RLIMIT_MEMLOCK "
+                               "cannot be raised before BPF_PROG_LOAD")
+        if v2_handlers:
+            node = gn.GpuNode(os.path.join(base, "node-v2"), cgroups, v2=True)
+            node.build()
+            ctd = cs.Containerd(os.path.join(base, "containerd-v2"), v2_handlers, unified_ns=True)
+            stacks.append(ctd)
+            ctd.start()
+            ctd.import_image(image_tar)
+            from cri_client import CriClient
+            cri = CriClient(ctd.address, os.path.join(base, "gen"))
+            for handler in v2_handlers:
+                label = "v2/cgroupfs %s (no CPU)" % versions[handler]
+                for mode in modes:
+                    results.append(run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, base,
+                                            created, v2=True))
+            cri.close()
+    except Terminated as e:
+        failed_setup = "terminated by " + str(e)
+    except Exception as e:  # a broken stack is a failure with its reason, after the cleanup
+        import traceback
+        traceback.print_exc()
+        failed_setup = "%s: %s" % (type(e).__name__, e)
+        for ctd in stacks:
+            print("containerd log (%s):\n%s" % (ctd.base, ctd.log_tail(20)))
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for ctd in stacks:
+            ctd.stop()
+            ctd.unmount_all()
+        left = cgroups.cleanup()
+        remove_runtime_state(created, run_containerd_existed)
+        if left:
+            print("cleanup: could not remove " + ", ".join(left))
+        if os.environ.get("GDW_CRI_KEEP") == "1":
+            print("kept " + base)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+    table(results, not_run)
+    print("\n%.0f s in all" % (time.monotonic() - began))
+    failures = verdict(results, not_run, ci)
+    if failed_setup:
+        failures.insert(0, "the stack failed: " + failed_setup)
+    if failures:
+        print("FAIL:\n  " + "\n  ".join(failures))
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
