@@ -4,6 +4,11 @@
 // driver). It times, on the steady clock:
 //   reaction  the re-apply's attach (v1: its last write) returned -> the first allowed open;
 //   window    the re-apply's first harmful call started          -> the first allowed open;
+//   from exit (with SpinOptions::runtime_process) the re-applying process's exit
+//             -> the first allowed open: the re-apply is made as a runtime makes it, by a
+//             process of its own named "runc" that exits once applied (after
+//             runtime_tail, the rest of a runtime's work), and the daemon grants only once
+//             it has exited (core/apply_wait.h);
 // and counts the EPERM opens in between. The first allowed open counts from its start: the
 // device was allowed by then (the open before it, started a moment earlier, was denied).
 // What the open does once allowed is the driver's time, not denial: on a sandbox node on a
@@ -15,6 +20,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,12 +63,16 @@ struct SpinOptions {
   // Pause after each EPERM open; 0: a busy loop (a tenant retrying as fast as it can, each
   // denied open an event for the daemon's probe while its syscall hook is attached).
   std::chrono::microseconds open_interval{0};
+  // The re-apply by a child process named "runc" that exits after it (and runtime_tail).
+  bool runtime_process = false;
+  std::chrono::microseconds runtime_tail{0};
 };
 
 struct SpinSample {
   bool allowed = false;  // an open stopped being EPERM within the timeout
   std::string error;     // otherwise: why (a failed step, the timeout, an unexpected errno)
   double reaction_us = 0, window_us = 0;
+  double from_exit_us = -1;        // runtime_process: the re-applier's exit -> the first allowed open (-1: none)
   long long eperm = 0;             // EPERM opens seen before the first allowed one
   std::uint32_t program_id = 0;    // v2: the program the re-apply attached
 };
@@ -75,7 +85,16 @@ struct SpinReport {
   char step[16] = {};
   int final_errno = 0;  // of the open that ended the loop (0: a descriptor)
   int timed_out = 0;
-  long long harm_start_ns = 0, applied_ns = 0, allowed_ns = 0, eperm = 0;
+  long long harm_start_ns = 0, applied_ns = 0, allowed_ns = 0, eperm = 0, exit_ns = 0;
+  std::uint32_t program_id = 0;
+};
+
+// What a runtime-like re-applier process says: its re-apply, then (a second write, just
+// before _exit) when it exits.
+struct RuntimeReport {
+  int error = 0;
+  char step[16] = {};
+  long long harm_start_ns = 0, applied_ns = 0;
   std::uint32_t program_id = 0;
 };
 
@@ -90,6 +109,56 @@ inline Reapply reapply_in_child(const SpinTarget& t, ReapplyStyle style) {
   return r;
 }
 
+// Forks the re-applier as a runtime is one: a process named "runc" (how the probe's record
+// names it) that re-applies, reports, works on for `tail` and exits. Returns its pid, or -1;
+// `*report_fd` reads its two reports.
+inline pid_t start_runtime_process(const SpinTarget& t, ReapplyStyle style, std::chrono::microseconds tail,
+                                   int* report_fd) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid != 0) {
+    ::close(p[1]);
+    *report_fd = p[0];
+    if (pid < 0) ::close(p[0]);
+    return pid;
+  }
+  ::close(p[0]);
+  ::prctl(PR_SET_NAME, "runc");
+  const Reapply r = reapply_in_child(t, style);
+  RuntimeReport rep;
+  rep.error = r.error;
+  std::strncpy(rep.step, r.step, sizeof rep.step - 1);
+  rep.harm_start_ns = steady_ns(r.harm_start);
+  rep.applied_ns = steady_ns(r.applied);
+  rep.program_id = r.program_id;
+  (void)!::write(p[1], &rep, sizeof rep);
+  const auto until = std::chrono::steady_clock::now() + tail;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  const long long exit_ns = steady_ns();
+  (void)!::write(p[1], &exit_ns, sizeof exit_ns);
+  _exit(0);
+}
+
+// The re-apply made by this process, or by a runtime-like child (SpinOptions::runtime_process):
+// then `*child` and `*child_fd` are that child's, for its exit report.
+inline Reapply reapply_for_spinner(const SpinTarget& t, ReapplyStyle style, const SpinOptions& o, pid_t* child,
+                                   int* child_fd) {
+  if (!o.runtime_process) return reapply_in_child(t, style);
+  *child = start_runtime_process(t, style, o.runtime_tail, child_fd);
+  if (*child < 0) return failed(Reapply{}, "fork runc", errno);
+  RuntimeReport rep;
+  if (::read(*child_fd, &rep, sizeof rep) != static_cast<ssize_t>(sizeof rep)) return failed(Reapply{}, "runc died", EIO);
+  Reapply r;
+  r.error = rep.error;
+  r.step = rep.error ? "runc's re-apply" : "";
+  r.harm_start = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(rep.harm_start_ns));
+  r.applied = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(rep.applied_ns));
+  r.program_id = rep.program_id;
+  return r;
+}
+
 [[noreturn]] inline void run_spinner(const SpinTarget& t, ReapplyStyle style, const SpinOptions& o, int report_fd) {
   SpinReport rep;
   auto finish = [&] {
@@ -101,9 +170,21 @@ inline Reapply reapply_in_child(const SpinTarget& t, ReapplyStyle style) {
     std::strncpy(rep.step, "join cgroup", sizeof rep.step - 1);
     finish();
   }
-  const Reapply r = reapply_in_child(t, style);
+  pid_t child = -1;
+  int child_fd = -1;
+  const Reapply r = reapply_for_spinner(t, style, o, &child, &child_fd);
+  // The runtime-like child's exit report comes once it has exited; reaped before the report.
+  auto reap_child = [&] {
+    if (child <= 0) return;
+    long long exit_ns = 0;
+    if (::read(child_fd, &exit_ns, sizeof exit_ns) == static_cast<ssize_t>(sizeof exit_ns)) rep.exit_ns = exit_ns;
+    ::close(child_fd);
+    while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  };
   rep.program_id = r.program_id;
   if (r.error != 0) {
+    reap_child();
     rep.error = r.error;
     std::strncpy(rep.step, r.step, sizeof rep.step - 1);
     finish();
@@ -121,11 +202,13 @@ inline Reapply reapply_in_child(const SpinTarget& t, ReapplyStyle style) {
     if (err != EPERM) {
       rep.allowed_ns = steady_ns(started);
       rep.final_errno = err;
+      reap_child();
       finish();
     }
     ++rep.eperm;
     if (at > deadline) {
       rep.timed_out = 1;
+      reap_child();
       finish();
     }
     if (pause.tv_nsec > 0) ::nanosleep(&pause, nullptr);
@@ -170,6 +253,7 @@ inline SpinSample spin_once(const SpinTarget& t, ReapplyStyle style, const SpinO
     s.allowed = true;
     s.reaction_us = static_cast<double>(rep.allowed_ns - rep.applied_ns) / 1e3;
     s.window_us = static_cast<double>(rep.allowed_ns - rep.harm_start_ns) / 1e3;
+    if (rep.exit_ns != 0) s.from_exit_us = static_cast<double>(rep.allowed_ns - rep.exit_ns) / 1e3;
   }
   return s;
 }

@@ -40,6 +40,9 @@
 //                           [--rounds 1] [--versions v2,v1] [--spin-timeout-ms 15000]
 //                           [--open-interval-us 0 (a pause after each EPERM open; 0: busy)]
 //                           [--cross-cpu 0 (1: tenant and daemon pinned to different CPUs)]
+//                           [--runtime-process 0 (1: each re-apply by a child named runc
+//                            that exits --runtime-tail-us 0 after it: reaction is then also
+//                            timed from that exit, the end of the runtime's apply)]
 //                           [--daemon-extra YAML] [--daemon-binary PATH]
 //                           [--compare-daemon PATH (another build, run on the same nodes)]
 //                           (as root)
@@ -172,7 +175,8 @@ void measure_reactions(BenchNode& node, const Options& o, int round, VersionFigu
                 : std::vector<ReapplyStyle>{ReapplyStyle::kOldRuncV1};
   auto& targets = node.targets();
   std::mt19937 rng(1000 + static_cast<unsigned>(round));  // every build gets the same sequence
-  const SpinOptions spin{std::chrono::milliseconds(o.spin_timeout_ms), std::chrono::microseconds(o.open_interval_us)};
+  const SpinOptions spin{std::chrono::milliseconds(o.spin_timeout_ms), std::chrono::microseconds(o.open_interval_us),
+                         o.runtime_process != 0, std::chrono::microseconds(o.runtime_tail_us)};
   const int total = o.samples * static_cast<int>(styles.size());
   for (int k = 0; k < total; ++k) {
     const ReapplyStyle style = styles[static_cast<std::size_t>(k) % styles.size()];
@@ -239,7 +243,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
       {"--containers", &o.containers}, {"--gpu-containers", &o.gpu_containers}, {"--gpus", &o.gpus},
       {"--samples", &o.samples},       {"--gap-ms", &o.gap_ms},                 {"--load-hz", &o.load_hz},
       {"--load-seconds", &o.load_seconds}, {"--rounds", &o.rounds},           {"--spin-timeout-ms", &o.spin_timeout_ms},
-      {"--open-interval-us", &o.open_interval_us}, {"--cross-cpu", &o.cross_cpu}};
+      {"--open-interval-us", &o.open_interval_us}, {"--cross-cpu", &o.cross_cpu},
+      {"--runtime-process", &o.runtime_process}, {"--runtime-tail-us", &o.runtime_tail_us}};
   const std::map<std::string, std::string*> strings = {{"--daemon-extra", &o.daemon_extra},
                                                        {"--daemon-binary", &o.daemon_binary},
                                                        {"--compare-daemon", &o.compare_daemon}};
@@ -307,6 +312,10 @@ int main(int argc, char** argv) {
   std::printf("per node and build: idle CPU over %d s, CPU over %d s of %d unrelated loads/s, then %d re-applies per "
               "style %d ms apart (spinner: %d µs between EPERM opens); %d round(s)\n",
               o.load_seconds, o.load_seconds, o.load_hz, o.samples, o.gap_ms, o.open_interval_us, o.rounds);
+  if (o.runtime_process)
+    std::printf("re-applies by a child process named runc that exits %d µs after its apply (the daemon waits for that "
+                "exit before it grants)\n",
+                o.runtime_tail_us);
   if (o.cross_cpu)
     std::printf("cross-CPU: the daemon and the floor's waiters on CPU 0; this bench, its spinners and loads on CPU %d\n",
                 last_cpu());

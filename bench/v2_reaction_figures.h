@@ -19,6 +19,7 @@ struct Options {
   int containers = 500, gpu_containers = 128, gpus = 8, samples = 300, gap_ms = 100;
   int load_hz = 50, load_seconds = 10, rounds = 1, spin_timeout_ms = 15000, open_interval_us = 0;
   int cross_cpu = 0;  // 1: the tenant on the last CPU, the daemon on CPU 0 (cpu_pinning.h)
+  int runtime_process = 0, runtime_tail_us = 0;  // spinner.h: SpinOptions::runtime_process
   bool v2 = true, v1 = true;
   std::string daemon_extra;
   std::string daemon_binary = GDW_BINARY;
@@ -31,6 +32,7 @@ constexpr int kStyles = 3;  // indexed by ReapplyStyle
 
 struct StyleFigures {
   std::vector<double> reaction_us, window_us;
+  std::vector<double> from_exit_us;  // --runtime-process: the re-applier's exit -> allowed
   long long eperm = 0;
   int clean = 0;  // re-applies whose spinner never saw EPERM
   int failures = 0;
@@ -44,6 +46,7 @@ struct StyleFigures {
     }
     reaction_us.push_back(s.reaction_us);
     window_us.push_back(s.window_us);
+    if (s.from_exit_us != -1) from_exit_us.push_back(s.from_exit_us);
     if (s.eperm == 0) ++clean;
   }
 };
@@ -104,6 +107,14 @@ inline void print_build(const char* title, const BuildFigures& b, const Options&
   for (auto [what, q] : {std::pair{"window p50 (first harmful call -> allowed open starts)", .5}, {"window p99", .99},
                          {"window max", 1.0}})
     row(what, [q = q](const StyleFigures& s) { return pct(s.window_us, q); }, 1, "µs");
+  if (o.runtime_process)
+    for (auto [what, q] : {std::pair{"from exit p50 (runc process exits -> allowed open)", .5}, {"from exit p90", .9},
+                           {"from exit p99", .99}})
+      row(what, [q = q](const StyleFigures& s) { return pct(s.from_exit_us, q); }, 1, "µs");
+  if (o.runtime_process)
+    row("granted before the runc process exited", [](const StyleFigures& s) {
+      return double(std::count_if(s.from_exit_us.begin(), s.from_exit_us.end(), [](double v) { return v < 0; }));
+    }, 0, "samples");
   row("EPERM opens seen by the spinners (all samples)", [](const StyleFigures& s) { return double(s.eperm); }, 0, "");
   row("EPERM opens per re-apply (mean)", [](const StyleFigures& s) {
     const auto n = s.reaction_us.size() + static_cast<std::size_t>(s.failures);
@@ -168,6 +179,12 @@ inline void print_compared(const BuildFigures& d, const BuildFigures& x, const O
     line(std::string(name) + " reaction p50 (µs)", pct(dv.style(style).reaction_us, .5), pct(xv.style(style).reaction_us, .5));
     line(std::string(name) + " reaction p99 (µs)", pct(dv.style(style).reaction_us, .99), pct(xv.style(style).reaction_us, .99));
     line(std::string(name) + " window p99 (µs)", pct(dv.style(style).window_us, .99), pct(xv.style(style).window_us, .99));
+    if (o.runtime_process) {
+      line(std::string(name) + " from exit p50 (µs)", pct(dv.style(style).from_exit_us, .5),
+           pct(xv.style(style).from_exit_us, .5));
+      line(std::string(name) + " from exit p99 (µs)", pct(dv.style(style).from_exit_us, .99),
+           pct(xv.style(style).from_exit_us, .99));
+    }
     line(std::string(name) + " EPERM opens", double(dv.style(style).eperm), double(xv.style(style).eperm));
   }
   const std::string per = " (s per " + std::to_string(o.load_seconds) + " s)";
