@@ -18,10 +18,7 @@ namespace {
 
 ApplyWaitDecision end_wait(ApplyWaitState& state, ApplyWaitReason how) {
   ApplyWaitDecision d;
-  if (state.since) {
-    d.ended = how;
-    d.waited_since = *state.since;
-  }
+  if (state.since) d.ended = how;
   state.since.reset();
   state.writer = 0;
   return d;

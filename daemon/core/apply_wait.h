@@ -67,9 +67,8 @@ struct ApplyWaitDecision {
   // Wait: look again at `recheck_at` at the latest (a writer's exit comes sooner).
   bool wait = false;
   Clock::time_point recheck_at{};
-  // Not waiting (any more): a wait just ended, and how (its duration from `waited_since`).
+  // Not waiting (any more): a wait just ended, and how.
   std::optional<ApplyWaitReason> ended;
-  Clock::time_point waited_since{};
 };
 
 // Whether the check at `now` goes ahead. `trigger`: the oldest trigger it answers.
