@@ -20,7 +20,6 @@ ApplyWaitDecision end_wait(ApplyWaitState& state, ApplyWaitReason how) {
   ApplyWaitDecision d;
   if (state.since) d.ended = how;
   state.since.reset();
-  state.writer = 0;
   return d;
 }
 
@@ -47,18 +46,10 @@ ApplyWaitDecision decide_apply_wait(ApplyWaitState& state, const ApplyWaitInputs
   // writes its pid file, a write every few milliseconds: the grant goes out all the same.
   if (now >= limit) return end_wait(state, ApplyWaitReason::kLimit);
   state.since = since;
-  if (writer_running) {
-    state.writer = *in.live_writer;
-    return keep_waiting(state, ApplyWaitReason::kWriterExit, limit, limit);
-  }
-  state.writer = 0;
+  if (writer_running) return keep_waiting(state, ApplyWaitReason::kWriterExit, limit, limit);
   if (in.create_pending) return keep_waiting(state, ApplyWaitReason::kCreate, now + settings.create_poll, limit);
   return keep_waiting(state, ApplyWaitReason::kQuiet, state.quiet_until, limit);
 }
-
-}  // namespace gdw
-
-namespace gdw {
 
 // Runtimes and hooks whose own apply a grant can break, one short-lived process each.
 constexpr std::string_view kWaitedForWriters[] = {"runc", "crun", "nvidia-container-toolkit"};

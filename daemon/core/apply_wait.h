@@ -59,8 +59,7 @@ std::string_view to_string(ApplyWaitReason r);  // writer_exit | create | quiet 
 struct ApplyWaitState {
   std::optional<Clock::time_point> since;  // the first trigger held, while waiting
   Clock::time_point quiet_until{};
-  ApplyWaitReason reason = ApplyWaitReason::kQuiet;  // of the current wait
-  pid_t writer = 0;                                  // kWriterExit: whose exit
+  ApplyWaitReason reason = ApplyWaitReason::kQuiet;  // of the current (or last) wait
 };
 
 struct ApplyWaitDecision {
@@ -74,10 +73,6 @@ struct ApplyWaitDecision {
 // Whether the check at `now` goes ahead. `trigger`: the oldest trigger it answers.
 ApplyWaitDecision decide_apply_wait(ApplyWaitState& state, const ApplyWaitInputs& in, Clock::time_point trigger,
                                     Clock::time_point now, const ApplyWaitSettings& settings);
-
-}  // namespace gdw
-
-namespace gdw {
 
 // Whether a grant waits for the exit of a writer recognised as `name` (core/writer_name.h).
 bool writer_waited_for(std::string_view name);

@@ -28,7 +28,7 @@ TEST(ApplyWait, ARunningRuntimeIsWaitedForUntilItExits) {
   auto d = decide_apply_wait(s, writer(4242), t0, t0, {});
   ASSERT_TRUE(d.wait);
   EXPECT_EQ(d.recheck_at, t0 + std::chrono::seconds(1)) << "its exit wakes the check; the limit at the latest";
-  EXPECT_EQ(s.writer, 4242);
+  EXPECT_EQ(s.reason, ApplyWaitReason::kWriterExit);
   // A later trigger while it still runs: still waiting, the limit counted from the first.
   d = decide_apply_wait(s, writer(4242), t0 + milliseconds(3), t0 + milliseconds(3), {});
   ASSERT_TRUE(d.wait);
