@@ -109,6 +109,14 @@ std::optional<Clock::time_point> ProblemClock::next_expiry(Clock::time_point now
   return next;
 }
 
+void ProblemClock::backdate(const std::string& pod_uid, Clock::time_point since) {
+  for (const auto& p : state_.problems) {
+    if (!pod_uid.empty() && p.pod.uid != pod_uid) continue;
+    auto it = since_.find(p.key);
+    if (it != since_.end() && since < it->second) it->second = since;
+  }
+}
+
 const char* condition_type_name(NodeConditionType type) {
   switch (type) {
     case NodeConditionType::kDeviceAccessDegraded: return "GPUDeviceAccessDegraded";
@@ -139,6 +147,19 @@ ConditionState gate_condition(const ProblemClock& clock, const std::string& pod_
           "Container(s) without their allocated GPU devices for more than " + grace_text(grace) + ": " +
               named({containers.begin(), containers.end()}),
           {}};
+}
+
+GateVerdict judge_gate(const ProblemClock& clock, const std::string& pod_uid, bool started, bool checked,
+                       Clock::time_point now, Clock::duration grace) {
+  if (!gate_ready(clock, pod_uid, now, grace)) return {gate_condition(clock, pod_uid, false, now, grace), true};
+  if (!started)
+    return {{false, "ContainersNotStarted", "Not every container of the pod has started yet", {}}, false};
+  bool unidentified = false;
+  for (const auto& p : clock.state().problems)
+    unidentified |= p.pod.uid == pod_uid && p.kind == ContainerProblem::Kind::kUnidentified;
+  if (!checked || unidentified)
+    return {{false, "NotYetChecked", "gpu-devwatch has not yet checked every GPU container of the pod", {}}, false};
+  return {gate_condition(clock, pod_uid, true, now, grace), false};
 }
 
 ConditionState with_transition(ConditionState current, const std::optional<ConditionState>& before,

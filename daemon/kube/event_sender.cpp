@@ -134,6 +134,19 @@ SendOutcome EventSender::send_status(const StatusWrite& w, long& http_status, st
     detail = token.error().message;
     return SendOutcome::kNoCredentials;
   }
+  if (w.read) {
+    ApiRequest req;
+    req.path = w.path;
+    req.connect_timeout = options_.connect_timeout;
+    req.timeout = options_.request_timeout;
+    req.max_body = options_.max_read_bytes;
+    ApiResponse r = transport_.perform(req, *token);
+    http_status = r.status;
+    if (r.truncated) r.status = 0;
+    const SendOutcome outcome = judge(r, "GET", endpoint_.server + w.path, detail);
+    if (outcome == SendOutcome::kSent) detail = std::move(r.body);
+    return outcome;
+  }
   ApiResponse r = perform("PATCH", w.path, w.body, kMergePatch, *token);
   http_status = r.status;
   return judge(r, "PATCH", endpoint_.server + w.path, detail);

@@ -29,13 +29,15 @@ enum class SendOutcome {
 // The gpu_devwatch_events_dropped_total reason of a failed outcome.
 const char* drop_reason(SendOutcome outcome);
 
-// A strategic-merge PATCH of a status subresource (node conditions, a pod's condition).
+// A strategic-merge PATCH of a status subresource (node conditions, a pod's condition), or
+// (`read`) a GET of the node whose conditions they are.
 struct StatusWrite {
   std::string path;  // /api/v1/nodes/<node>/status, /api/v1/namespaces/<ns>/pods/<pod>/status
   std::string body;
   // Called on the worker thread with the outcome, the HTTP status (0: none) and why a
-  // write failed (never the token).
+  // write failed (never the token); a read that succeeded: the answer's body.
   std::function<void(SendOutcome, long http_status, const std::string& detail)> done;
+  bool read = false;
 };
 
 class EventSender {
@@ -49,6 +51,7 @@ class EventSender {
     std::size_t status_capacity = 64;  // status writes waiting
     std::chrono::milliseconds connect_timeout{2000};
     std::chrono::milliseconds request_timeout{5000};
+    std::size_t max_read_bytes = 8u << 20;  // a Node object (its images list makes it large)
   };
   EventSender(ApiEndpoint endpoint, Options options, OnOutcome on_outcome);
   // Aborts the request in flight and joins the worker.

@@ -254,9 +254,10 @@ void PodWatcher::consider(const PodFacts& pod) {
     ++view_.skipped;
     return;
   }
-  GatedPod gated{pod.pod, pod.gate_status};
+  GatedPod gated{pod.pod, pod.gate_status, all_started(pod)};
   if (it != pods_.end() && it->second.pod.name == gated.pod.name &&
-      it->second.pod.pod_namespace == gated.pod.pod_namespace && it->second.observed == gated.observed)
+      it->second.pod.pod_namespace == gated.pod.pod_namespace && it->second.observed == gated.observed &&
+      it->second.started == gated.started)
     return;
   pods_[pod.pod.uid] = std::move(gated);
   dirty_ = true;
