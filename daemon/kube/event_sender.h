@@ -2,7 +2,8 @@
 // verified against the CA file) so that the event loop never waits on the network: the
 // loop only appends to a bounded queue, and a full queue refuses the write (counted by the
 // caller). Two lanes: status PATCHes (node conditions, the pod readiness gate: few, and
-// each retried by its owner) go before Event writes (dropped when they fail).
+// each retried by its owner) go before Event writes (dropped when they fail). An answer
+// with Retry-After (429 Too Many Requests, 503) holds every request after it until then.
 #pragma once
 
 #include <atomic>
@@ -76,6 +77,9 @@ class EventSender {
   ApiResponse perform(const char* method, const std::string& path, const std::string& body, const char* type,
                       const std::string& token);
   static SendOutcome judge(const ApiResponse& r, const char* method, const std::string& path, std::string& detail);
+  void hold_for(const ApiResponse& r);
+  // Waits out a hold; false when stopping.
+  bool wait_hold();
 
   ApiEndpoint endpoint_;
   Options options_;
@@ -87,6 +91,7 @@ class EventSender {
   std::deque<EventWrite> queue_;
   std::deque<StatusWrite> status_queue_;
   bool stop_ = false;
+  std::chrono::steady_clock::time_point hold_until_{};  // the worker's own
   std::thread worker_;
 };
 

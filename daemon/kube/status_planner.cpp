@@ -116,7 +116,8 @@ std::optional<PlannedWrite> StatusPlanner::plan_node(Clock::time_point now, Wall
   PlannedWrite w{true, false, "", options_.node_path, "", false};
   if (!node_read_) {
     w.read = true;
-    w.path = node_object_path(options_.node_path);
+    // From the API server's cache (resourceVersion=0), not a quorum read of etcd.
+    w.path = node_object_path(options_.node_path) + "?resourceVersion=0";
   } else if (!checked_) {
     if (unknown_delivered_) return std::nullopt;
     w.body = node_unknown_patch(prior_, wall);
@@ -149,7 +150,7 @@ std::vector<PlannedWrite> StatusPlanner::plan(Clock::time_point now, WallClock::
   return writes;
 }
 
-void StatusPlanner::settle(Delivery& d, bool delivered, Clock::time_point now) const {
+void StatusPlanner::settle(Delivery& d, bool delivered, Clock::time_point now) {
   d.in_flight = false;
   d.last_sent = now;
   if (delivered) {
@@ -158,9 +159,7 @@ void StatusPlanner::settle(Delivery& d, bool delivered, Clock::time_point now) c
     return;
   }
   ++d.failures;
-  auto backoff = options_.backoff_first;
-  for (int i = 1; i < d.failures && backoff < options_.backoff_max; ++i) backoff *= 2;
-  d.retry_at = now + std::min(backoff, options_.backoff_max);
+  d.retry_at = now + backoff_.after(d.failures);
 }
 
 void StatusPlanner::written(const PlannedWrite& write, bool delivered, Clock::time_point now) {

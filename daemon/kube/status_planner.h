@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "kube/backoff.h"
 #include "kube/conditions.h"
 #include "kube/node_prior.h"
 
@@ -37,6 +38,10 @@ struct StatusOptions {
   Clock::duration min_interval = std::chrono::seconds(1);
   Clock::duration backoff_first = std::chrono::seconds(1);
   Clock::duration backoff_max = std::chrono::seconds(60);
+  // Each back-off is drawn from [d·(1 − jitter/2), d·(1 + jitter/2)) (kube/backoff.h), so
+  // that the nodes of a cluster that failed together do not retry together.
+  double jitter = 0.5;
+  std::uint64_t seed = 1;
   std::size_t max_pods_in_flight = 8;
 };
 
@@ -58,8 +63,13 @@ struct PlannedWrite {
 
 class StatusPlanner {
  public:
-  explicit StatusPlanner(StatusOptions options) : options_(std::move(options)) {}
-  void set_options(StatusOptions options) { options_ = std::move(options); }
+  explicit StatusPlanner(StatusOptions options)
+      : options_(std::move(options)),
+        backoff_(options_.backoff_first, options_.backoff_max, options_.jitter, options_.seed) {}
+  void set_options(StatusOptions options) {
+    options_ = std::move(options);
+    backoff_ = Backoff(options_.backoff_first, options_.backoff_max, options_.jitter, options_.seed);
+  }
 
   // The daemon's snapshot (its container gauges were recounted). One that is not
   // `checked` is no verdict: the last checked one stands.
@@ -118,9 +128,10 @@ class StatusPlanner {
   std::optional<PlannedWrite> plan_node(Clock::time_point now, WallClock::time_point wall);
   bool node_pending(Clock::time_point now) const;
   bool node_due(Clock::time_point now) const;
-  void settle(Delivery& d, bool delivered, Clock::time_point now) const;
+  void settle(Delivery& d, bool delivered, Clock::time_point now);
 
   StatusOptions options_;
+  Backoff backoff_;
   ProblemClock clock_;
   bool checked_ = false;
   std::optional<Clock::time_point> last_check_;

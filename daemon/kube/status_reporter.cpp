@@ -40,6 +40,7 @@ Result<std::unique_ptr<StatusReporter>> StatusReporter::create(const Config& con
   options.node_path = node_status_path(node);
   options.grace = config.conditions.grace;
   options.resync = config.conditions.resync;
+  options.seed = random_seed();
   if (carried) {
     carried->set_options(options);
   } else {

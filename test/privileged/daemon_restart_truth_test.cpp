@@ -104,7 +104,7 @@ TEST_F(DaemonRestartTruth, ARestartWithDegradedTrueAndTheGateFalseWritesNoRecove
   for (std::size_t i = 0; i < all.size() && first_patch == all.size(); ++i)
     if (all[i].method == "PATCH") first_patch = i;
   bool read_first = false;
-  for (std::size_t i = 0; i < first_patch; ++i) read_first |= all[i].method == "GET" && all[i].path == "/api/v1/nodes/gpu-node-1";
+  for (std::size_t i = 0; i < first_patch; ++i) read_first |= all[i].method == "GET" && all[i].path == "/api/v1/nodes/gpu-node-1?resourceVersion=0";
   EXPECT_TRUE(read_first) << "the node is read before anything is written";
 
   ASSERT_EQ(node_->cgroups().allow(c_->cgroup_rel, "c 195:0 rw"), 0);  // a check clears it

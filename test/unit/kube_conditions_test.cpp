@@ -136,6 +136,7 @@ StatusOptions options() {
   StatusOptions o;
   o.node_path = "/api/v1/nodes/n1/status";
   o.grace = 10s;
+  o.jitter = 0;  // back-offs exact
   o.resync = 300s;
   return o;
 }
@@ -168,7 +169,7 @@ StatusPlanner read_node(StatusOptions o = options(), PriorConditions prior = pri
   auto read = p.plan(T0 - 1s, W0 - 1s);
   EXPECT_EQ(read.size(), 1u);
   EXPECT_TRUE(read.at(0).read);
-  EXPECT_EQ(read.at(0).path, "/api/v1/nodes/n1");
+  EXPECT_EQ(read.at(0).path, "/api/v1/nodes/n1?resourceVersion=0");
   p.node_read(prior, T0 - 1s);
   return p;
 }

@@ -31,6 +31,7 @@ StatusOptions options() {
   StatusOptions o;
   o.node_path = "/api/v1/nodes/n1/status";
   o.grace = 10s;
+  o.jitter = 0;  // back-offs exact
   return o;
 }
 
