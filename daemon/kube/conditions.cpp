@@ -25,11 +25,6 @@ std::string cut(const std::string& s) {
   return out;
 }
 
-std::string pod_label(const PodRef& pod) {
-  if (!pod.pod_namespace.empty() && !pod.name.empty()) return cut(pod.pod_namespace + "/" + pod.name);
-  return "pod " + cut(pod.uid);
-}
-
 // "a, b, c (and 4 more)"
 std::string named(const std::vector<std::string>& sorted_items) {
   std::string s;
@@ -42,14 +37,20 @@ std::string grace_text(Clock::duration grace) {
   return format_duration(std::chrono::duration_cast<Duration>(grace));
 }
 
+// Counts only: anyone who can read nodes reads this, and pod names are other tenants'.
+// Each pod's own Events and gate name its containers.
 ConditionState degraded(const ProblemClock& clock, Clock::time_point now, Clock::duration grace) {
   std::set<std::string> pods;
-  for (const auto* p : clock.lasting(now, grace)) pods.insert(pod_label(p->pod));
+  std::size_t containers = 0;
+  for (const auto* p : clock.lasting(now, grace)) {
+    pods.insert(p->pod.uid);
+    ++containers;
+  }
   if (pods.empty()) return {false, "GPUDeviceAccessOK", "Every GPU container holds its allocated devices", {}};
-  const std::vector<std::string> sorted(pods.begin(), pods.end());
   return {true, "ContainersMissingDevices",
-          std::to_string(sorted.size()) + " pod(s) have GPU containers without their allocated devices for more than " +
-              grace_text(grace) + ": " + named(sorted),
+          std::to_string(containers) + " container(s) in " + std::to_string(pods.size()) +
+              " pod(s) without their allocated GPU devices for more than " + grace_text(grace) +
+              " (the pods' own Events name them)",
           {}};
 }
 

@@ -79,8 +79,8 @@ TEST_F(DaemonConditions, DegradedFollowsAnObserveModeRevocationPastTheGrace) {
   ASSERT_TRUE(eventually([&] { return status_of(kDegraded) == "True"; }, 5s)) << daemon_->output();
   auto degraded = api_.node_conditions()[kDegraded];
   EXPECT_EQ(degraded["reason"], "ContainersMissingDevices");
-  EXPECT_NE(degraded.value("message", "").find("1 pod(s)"), std::string::npos) << degraded.dump();
-  EXPECT_NE(degraded.value("message", "").find("ml/trainer-0"), std::string::npos) << degraded.dump();
+  EXPECT_NE(degraded.value("message", "").find("1 container(s) in 1 pod(s)"), std::string::npos) << degraded.dump();
+  EXPECT_EQ(degraded.value("message", "").find("trainer"), std::string::npos) << "no tenant's name: " << degraded.dump();
   EXPECT_EQ(daemon_->metric("gpu_devwatch_node_condition", {{"condition", kDegraded}}), 1);
   EXPECT_EQ(node_->open_errno(*c_, "nvidia0"), EPERM) << "observe mode never writes";
 
