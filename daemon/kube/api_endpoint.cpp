@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "build_info.h"
+
 namespace gdw::kube {
 
 std::optional<std::string> api_server_url(const std::string& configured, const char* service_host,
@@ -26,6 +28,13 @@ std::string node_name() {
   char host[256] = "";
   if (::gethostname(host, sizeof host - 1) != 0) return "";
   return host;
+}
+
+std::string user_agent(const std::string& node) {
+  std::string name = node.substr(0, 253);
+  for (char& ch : name)
+    if (static_cast<unsigned char>(ch) < 0x21 || static_cast<unsigned char>(ch) > 0x7e || ch == '(' || ch == ')') ch = '_';
+  return std::string("gpu-devwatch/") + GDW_VERSION + " (" + name + ")";
 }
 
 Result<std::string> parse_token(const std::string& content) {

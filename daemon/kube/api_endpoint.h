@@ -47,6 +47,12 @@ class TokenFile {
 // API), else the host name.
 std::string node_name();
 
+// What the daemon's requests name themselves with: "gpu-devwatch/<version> (<node>)", as
+// kubelet's "kubelet/v1.31.0 (linux/amd64) kubernetes/..." does, so that the API server's
+// audit log and API Priority and Fairness can tell its requests apart. Characters a header
+// cannot carry are replaced.
+std::string user_agent(const std::string& node);
+
 // Token file content to the header value's token: surrounding whitespace dropped; empty or
 // containing characters an HTTP header cannot carry: an error.
 Result<std::string> parse_token(const std::string& content);

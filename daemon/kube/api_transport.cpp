@@ -1,8 +1,13 @@
 #include "kube/api_transport.h"
 
 #include <curl/curl.h>
+#include <strings.h>
 
 #include <algorithm>
+#include <cstring>
+#include <string_view>
+
+#include "kube/backoff.h"
 
 namespace gdw::kube {
 namespace {
@@ -41,6 +46,17 @@ std::size_t on_data(char* data, std::size_t size, std::size_t n, void* user) {
   return 0;  // a 2xx answer larger than asked for: not read on
 }
 
+// Each header line of the answer: only Retry-After is kept (of the last response, when
+// curl followed none: the API server's).
+std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
+  auto* x = static_cast<Exchange*>(user);
+  const std::string_view line(data, size * n);
+  constexpr std::string_view kName = "retry-after:";
+  if (line.size() > kName.size() && strncasecmp(line.data(), kName.data(), kName.size()) == 0)
+    x->response->retry_after = parse_retry_after(line.substr(kName.size()));
+  return size * n;
+}
+
 curl_slist* headers_for(const ApiRequest& req, const std::string& token) {
   const std::string auth = "Authorization: Bearer " + token;
   const std::string type = std::string("Content-Type: ") + req.content_type;
@@ -52,8 +68,11 @@ curl_slist* headers_for(const ApiRequest& req, const std::string& token) {
 }
 
 void set_options(CURL* h, const ApiRequest& req, const ApiEndpoint& ep, curl_slist* headers, char* errbuf,
-                 Exchange* exchange) {
+                 Exchange* exchange, const std::string& user_agent) {
   curl_easy_setopt(h, CURLOPT_URL, (ep.server + req.path).c_str());
+  curl_easy_setopt(h, CURLOPT_USERAGENT, user_agent.c_str());
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, exchange);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
   if (req.body) {
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method);
@@ -80,7 +99,7 @@ void set_options(CURL* h, const ApiRequest& req, const ApiEndpoint& ep, curl_sli
 
 }  // namespace
 
-ApiTransport::ApiTransport(ApiEndpoint endpoint) : endpoint_(std::move(endpoint)) {
+ApiTransport::ApiTransport(ApiEndpoint endpoint) : endpoint_(std::move(endpoint)), user_agent_(user_agent(node_name())) {
   // curl_global_init is not thread-safe: the first transport is made on the loop's thread,
   // before any worker runs.
   static CurlGlobal global;
@@ -113,7 +132,7 @@ ApiResponse ApiTransport::perform(const ApiRequest& req, const std::string& toke
   char errbuf[CURL_ERROR_SIZE] = "";
   Exchange exchange{&req, &r, easy_};
   curl_slist* headers = headers_for(req, token);
-  set_options(easy_, req, endpoint_, headers, errbuf, &exchange);
+  set_options(easy_, req, endpoint_, headers, errbuf, &exchange, user_agent_);
   curl_multi_add_handle(multi_, easy_);
   int running = 1;
   CURLcode result = CURLE_OK;

@@ -3,13 +3,15 @@
 // bound on what is kept of an answer, and a stop that ends the exchange in flight at once
 // (curl_multi_wakeup), so that the loop joining a worker at reload or exit never waits on
 // the network. The events' and status writes' worker (event_sender.h) and the pod watch
-// (pod_watcher.h) each own one.
+// (pod_watcher.h) each own one. Every request carries the User-Agent
+// "gpu-devwatch/<version> (<node>)"; an answer's Retry-After is kept for the caller.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -44,6 +46,8 @@ struct ApiResponse {
   std::string body;
   bool truncated = false;  // a 2xx answer exceeded max_body
   bool stopped = false;    // ended by stop()
+  // The server's Retry-After (delta-seconds), on any answer that carried one (429, 503).
+  std::optional<std::chrono::seconds> retry_after;
   bool ok() const { return status >= 200 && status < 300 && !truncated && error.empty(); }
 };
 
@@ -63,6 +67,7 @@ class ApiTransport {
 
  private:
   ApiEndpoint endpoint_;
+  std::string user_agent_;
   CURL* easy_ = nullptr;
   CURLM* multi_ = nullptr;
   std::atomic<bool> stop_{false};

@@ -25,11 +25,6 @@ std::string cut(const std::string& s) {
   return out;
 }
 
-std::string pod_label(const PodRef& pod) {
-  if (!pod.pod_namespace.empty() && !pod.name.empty()) return cut(pod.pod_namespace + "/" + pod.name);
-  return "pod " + cut(pod.uid);
-}
-
 // "a, b, c (and 4 more)"
 std::string named(const std::vector<std::string>& sorted_items) {
   std::string s;
@@ -42,14 +37,20 @@ std::string grace_text(Clock::duration grace) {
   return format_duration(std::chrono::duration_cast<Duration>(grace));
 }
 
+// Counts only: anyone who can read nodes reads this, and pod names are other tenants'.
+// Each pod's own Events and gate name its containers.
 ConditionState degraded(const ProblemClock& clock, Clock::time_point now, Clock::duration grace) {
   std::set<std::string> pods;
-  for (const auto* p : clock.lasting(now, grace)) pods.insert(pod_label(p->pod));
+  std::size_t containers = 0;
+  for (const auto* p : clock.lasting(now, grace)) {
+    pods.insert(p->pod.uid);
+    ++containers;
+  }
   if (pods.empty()) return {false, "GPUDeviceAccessOK", "Every GPU container holds its allocated devices", {}};
-  const std::vector<std::string> sorted(pods.begin(), pods.end());
   return {true, "ContainersMissingDevices",
-          std::to_string(sorted.size()) + " pod(s) have GPU containers without their allocated devices for more than " +
-              grace_text(grace) + ": " + named(sorted),
+          std::to_string(containers) + " container(s) in " + std::to_string(pods.size()) +
+              " pod(s) without their allocated GPU devices for more than " + grace_text(grace) +
+              " (the pods' own Events name them)",
           {}};
 }
 
@@ -109,6 +110,14 @@ std::optional<Clock::time_point> ProblemClock::next_expiry(Clock::time_point now
   return next;
 }
 
+void ProblemClock::backdate(const std::string& pod_uid, Clock::time_point since) {
+  for (const auto& p : state_.problems) {
+    if (!pod_uid.empty() && p.pod.uid != pod_uid) continue;
+    auto it = since_.find(p.key);
+    if (it != since_.end() && since < it->second) it->second = since;
+  }
+}
+
 const char* condition_type_name(NodeConditionType type) {
   switch (type) {
     case NodeConditionType::kDeviceAccessDegraded: return "GPUDeviceAccessDegraded";
@@ -139,6 +148,19 @@ ConditionState gate_condition(const ProblemClock& clock, const std::string& pod_
           "Container(s) without their allocated GPU devices for more than " + grace_text(grace) + ": " +
               named({containers.begin(), containers.end()}),
           {}};
+}
+
+GateVerdict judge_gate(const ProblemClock& clock, const std::string& pod_uid, bool started, bool checked,
+                       Clock::time_point now, Clock::duration grace) {
+  if (!gate_ready(clock, pod_uid, now, grace)) return {gate_condition(clock, pod_uid, false, now, grace), true};
+  if (!started)
+    return {{false, "ContainersNotStarted", "Not every container of the pod has started yet", {}}, false};
+  bool unidentified = false;
+  for (const auto& p : clock.state().problems)
+    unidentified |= p.pod.uid == pod_uid && p.kind == ContainerProblem::Kind::kUnidentified;
+  if (!checked || unidentified)
+    return {{false, "NotYetChecked", "gpu-devwatch has not yet checked every GPU container of the pod", {}}, false};
+  return {gate_condition(clock, pod_uid, true, now, grace), false};
 }
 
 ConditionState with_transition(ConditionState current, const std::optional<ConditionState>& before,

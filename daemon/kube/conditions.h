@@ -35,6 +35,9 @@ struct DeviceAccessState {
   std::vector<ContainerProblem> problems;
   bool checkpoint_stale = false;
   std::vector<std::string> unresponsive_plugins;  // device plugin sockets
+  // Every container has been checked (after the allocation records' first answers) and both
+  // node faults judged. Until then none of the above is a verdict, and nothing is judged.
+  bool checked = false;
 };
 
 // Since when each problem container has been one (the first snapshot that listed it).
@@ -45,6 +48,9 @@ class ProblemClock {
   std::vector<const ContainerProblem*> lasting(Clock::time_point now, Clock::duration grace) const;
   // When the next problem outlasts `grace`; nullopt when none will without a new snapshot.
   std::optional<Clock::time_point> next_expiry(Clock::time_point now, Clock::duration grace) const;
+  // The problems of the pod `pod_uid` (every problem: empty) count as problems since
+  // `since` at the latest: what was already reported before a restart keeps its grace.
+  void backdate(const std::string& pod_uid, Clock::time_point since);
   const DeviceAccessState& state() const { return state_; }
 
  private:
@@ -74,6 +80,20 @@ bool gate_ready(const ProblemClock& clock, const std::string& pod_uid, Clock::ti
 // The gate condition's reason and message.
 ConditionState gate_condition(const ProblemClock& clock, const std::string& pod_uid, bool ready, Clock::time_point now,
                               Clock::duration grace);
+
+// The gate of a pod as a whole. "True" only once the pod runs with every container it
+// declares started (`started`, from the pod watch), a check of the node's containers came
+// after that (`checked`), none of its containers is unidentified (not checkable) and none
+// has missed devices past the grace.
+struct GateVerdict {
+  ConditionState condition;
+  // A "False" that must reach the API server even where the pod has no gate condition yet
+  // (devices missing past the grace). A "False" that only says "not yet" (not started, not
+  // checked) is written only over a "True": an absent gate keeps the pod unready already.
+  bool firm = false;
+};
+GateVerdict judge_gate(const ProblemClock& clock, const std::string& pod_uid, bool started, bool checked,
+                       Clock::time_point now, Clock::duration grace);
 
 // `current` with last_transition carried from `before` when the status did not change,
 // else `at`.

@@ -73,6 +73,7 @@ void EventSender::run() {
         queue_.pop_front();
       }
     }
+    if (!wait_hold()) break;
     std::string detail;
     if (job.status) {
       long http_status = 0;
@@ -83,6 +84,17 @@ void EventSender::run() {
       if (on_outcome_) on_outcome_(outcome, detail);
     }
   }
+}
+
+bool EventSender::wait_hold() {
+  std::unique_lock lock(mu_);
+  cv_.wait_until(lock, hold_until_, [&] { return stop_; });
+  return !stop_;
+}
+
+void EventSender::hold_for(const ApiResponse& r) {
+  if (r.retry_after && (r.status == 429 || r.status >= 500))
+    hold_until_ = std::chrono::steady_clock::now() + *r.retry_after;
 }
 
 ApiResponse EventSender::perform(const char* method, const std::string& path, const std::string& body,
@@ -96,7 +108,9 @@ ApiResponse EventSender::perform(const char* method, const std::string& path, co
   req.timeout = options_.request_timeout;
   // A Status object's text says why (RBAC: "events is forbidden: User ..."); kept short.
   req.max_body = 512;
-  return transport_.perform(req, token);
+  ApiResponse r = transport_.perform(req, token);
+  hold_for(r);
+  return r;
 }
 
 SendOutcome EventSender::judge(const ApiResponse& r, const char* method, const std::string& path,
@@ -133,6 +147,20 @@ SendOutcome EventSender::send_status(const StatusWrite& w, long& http_status, st
   if (!token) {
     detail = token.error().message;
     return SendOutcome::kNoCredentials;
+  }
+  if (w.read) {
+    ApiRequest req;
+    req.path = w.path;
+    req.connect_timeout = options_.connect_timeout;
+    req.timeout = options_.request_timeout;
+    req.max_body = options_.max_read_bytes;
+    ApiResponse r = transport_.perform(req, *token);
+    hold_for(r);
+    http_status = r.status;
+    if (r.truncated) r.status = 0;
+    const SendOutcome outcome = judge(r, "GET", endpoint_.server + w.path, detail);
+    if (outcome == SendOutcome::kSent) detail = std::move(r.body);
+    return outcome;
   }
   ApiResponse r = perform("PATCH", w.path, w.body, kMergePatch, *token);
   http_status = r.status;

@@ -2,7 +2,8 @@
 // verified against the CA file) so that the event loop never waits on the network: the
 // loop only appends to a bounded queue, and a full queue refuses the write (counted by the
 // caller). Two lanes: status PATCHes (node conditions, the pod readiness gate: few, and
-// each retried by its owner) go before Event writes (dropped when they fail).
+// each retried by its owner) go before Event writes (dropped when they fail). An answer
+// with Retry-After (429 Too Many Requests, 503) holds every request after it until then.
 #pragma once
 
 #include <atomic>
@@ -29,13 +30,15 @@ enum class SendOutcome {
 // The gpu_devwatch_events_dropped_total reason of a failed outcome.
 const char* drop_reason(SendOutcome outcome);
 
-// A strategic-merge PATCH of a status subresource (node conditions, a pod's condition).
+// A strategic-merge PATCH of a status subresource (node conditions, a pod's condition), or
+// (`read`) a GET of the node whose conditions they are.
 struct StatusWrite {
   std::string path;  // /api/v1/nodes/<node>/status, /api/v1/namespaces/<ns>/pods/<pod>/status
   std::string body;
   // Called on the worker thread with the outcome, the HTTP status (0: none) and why a
-  // write failed (never the token).
+  // write failed (never the token); a read that succeeded: the answer's body.
   std::function<void(SendOutcome, long http_status, const std::string& detail)> done;
+  bool read = false;
 };
 
 class EventSender {
@@ -49,6 +52,7 @@ class EventSender {
     std::size_t status_capacity = 64;  // status writes waiting
     std::chrono::milliseconds connect_timeout{2000};
     std::chrono::milliseconds request_timeout{5000};
+    std::size_t max_read_bytes = 8u << 20;  // a Node object (its images list makes it large)
   };
   EventSender(ApiEndpoint endpoint, Options options, OnOutcome on_outcome);
   // Aborts the request in flight and joins the worker.
@@ -73,6 +77,9 @@ class EventSender {
   ApiResponse perform(const char* method, const std::string& path, const std::string& body, const char* type,
                       const std::string& token);
   static SendOutcome judge(const ApiResponse& r, const char* method, const std::string& path, std::string& detail);
+  void hold_for(const ApiResponse& r);
+  // Waits out a hold; false when stopping.
+  bool wait_hold();
 
   ApiEndpoint endpoint_;
   Options options_;
@@ -84,6 +91,7 @@ class EventSender {
   std::deque<EventWrite> queue_;
   std::deque<StatusWrite> status_queue_;
   bool stop_ = false;
+  std::chrono::steady_clock::time_point hold_until_{};  // the worker's own
   std::thread worker_;
 };
 

@@ -16,11 +16,14 @@ void log_off(const char* what, EventsPolicy policy, const std::string& key, cons
 }  // namespace
 
 std::unique_ptr<KubeReporting> KubeReporting::create(const Config& config, EventLoop& loop, Metrics& metrics,
-                                                     std::unique_ptr<KubeReporting> previous) {
+                                                     std::unique_ptr<KubeReporting> previous,
+                                                     std::function<void()> recount) {
   std::unique_ptr<StatusPlanner> carried;
   // What the fleet and the daemon last told, until they tell again: a reporter that
   // started from nothing would judge the node healthy for a moment.
   DeviceAccessState told = previous ? std::move(previous->state_) : DeviceAccessState{};
+  const bool checked = previous && previous->containers_checked_;
+  const bool judged = previous && previous->faults_judged_;
   if (previous && previous->status_) {
     previous->sender_.reset();  // joins the worker: no outcome reaches the old reporter after this
     carried = previous->status_->release();
@@ -37,13 +40,16 @@ std::unique_ptr<KubeReporting> KubeReporting::create(const Config& config, Event
   const ApiEndpoint endpoint = events_at ? *events_at : *conditions_at;
   std::unique_ptr<KubeReporting> k(new KubeReporting);
   k->state_ = std::move(told);
+  k->containers_checked_ = checked;
+  k->faults_judged_ = judged;
   k->sender_ = std::make_unique<EventSender>(endpoint, EventSender::Options{},
                                              [raw = k.get()](SendOutcome o, const std::string& detail) {
                                                if (raw->events_) raw->events_->on_outcome(o, detail);
                                              });
   if (events_at) k->events_ = EventReporter::create(config, endpoint, loop, metrics, *k->sender_);
   if (conditions_at) {
-    auto status = StatusReporter::create(config, endpoint, node_name(), loop, metrics, *k->sender_, std::move(carried));
+    auto status = StatusReporter::create(config, endpoint, node_name(), loop, metrics, *k->sender_, std::move(carried),
+                                         std::move(recount));
     if (status) {
       k->status_ = std::move(*status);
     } else {
@@ -53,16 +59,31 @@ std::unique_ptr<KubeReporting> KubeReporting::create(const Config& config, Event
   return k;
 }
 
-void KubeReporting::container_problems(std::vector<ContainerProblem> problems) {
-  state_.problems = std::move(problems);
+void KubeReporting::update() {
+  state_.checked = containers_checked_ && faults_judged_;
   if (status_) status_->update(state_);
 }
 
-void KubeReporting::node_faults(bool checkpoint_stale, std::vector<std::string> unresponsive_plugins) {
-  state_.checkpoint_stale = checkpoint_stale;
-  state_.unresponsive_plugins = std::move(unresponsive_plugins);
-  if (status_) status_->update(state_);
+void KubeReporting::container_problems(std::vector<ContainerProblem> problems) {
+  state_.problems = std::move(problems);
+  update();
 }
+
+void KubeReporting::node_faults(std::optional<bool> checkpoint_stale,
+                                std::optional<std::vector<std::string>> unresponsive_plugins) {
+  faults_judged_ = checkpoint_stale.has_value() && unresponsive_plugins.has_value();
+  state_.checkpoint_stale = checkpoint_stale.value_or(false);
+  state_.unresponsive_plugins = std::move(unresponsive_plugins).value_or(std::vector<std::string>{});
+  update();
+}
+
+void KubeReporting::containers_checked() {
+  if (containers_checked_) return;
+  containers_checked_ = true;
+  update();
+}
+
+void KubeReporting::containers_unchecked() { containers_checked_ = false; }
 
 KubeReporting::~KubeReporting() {
   sender_.reset();  // first: its worker calls into the reporters

@@ -6,7 +6,9 @@
 // the daemon the node faults its health monitor judged.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "core/config.h"
 #include "kube/conditions.h"
@@ -21,9 +23,11 @@ namespace gdw::kube {
 class KubeReporting {
  public:
   // nullptr when events and conditions are both off (each logged once, with the reason).
-  // `previous` (SIGHUP) is stopped first; its conditions' memory carries over.
+  // `previous` (SIGHUP) is stopped first; its conditions' memory carries over. `recount`:
+  // the daemon counts its containers again (container_problems() follows).
   static std::unique_ptr<KubeReporting> create(const Config& config, EventLoop& loop, Metrics& metrics,
-                                               std::unique_ptr<KubeReporting> previous);
+                                               std::unique_ptr<KubeReporting> previous,
+                                               std::function<void()> recount = nullptr);
   ~KubeReporting();
   KubeReporting(const KubeReporting&) = delete;
   KubeReporting& operator=(const KubeReporting&) = delete;
@@ -31,13 +35,24 @@ class KubeReporting {
   EventReporter* events() const { return events_.get(); }  // nullptr: events off
   // The containers that do not hold their devices now (after each gauge recount).
   void container_problems(std::vector<ContainerProblem> problems);
-  // The node faults as last judged: a stale checkpoint, device plugins not answering.
-  void node_faults(bool checkpoint_stale, std::vector<std::string> unresponsive_plugins);
+  // The node faults as last judged: a stale checkpoint, device plugins not answering;
+  // nullopt while not judged yet.
+  void node_faults(std::optional<bool> checkpoint_stale, std::optional<std::vector<std::string>> unresponsive_plugins);
+  // Every container has been checked, after the allocation records' first answers: the
+  // snapshots from now on are verdicts (once the node faults are judged too).
+  void containers_checked();
+  // The containers are counted again from nothing (the node's inputs start over): the
+  // snapshots are no verdict until containers_checked() again.
+  void containers_unchecked();
 
  private:
   KubeReporting() = default;
 
-  DeviceAccessState state_;  // the two reports together, as last told
+  void update();
+
+  DeviceAccessState state_;  // the reports together, as last told
+  bool containers_checked_ = false;
+  bool faults_judged_ = false;
   std::unique_ptr<EventReporter> events_;
   std::unique_ptr<StatusReporter> status_;
   std::unique_ptr<EventSender> sender_;  // last: its worker stops before the reporters go

@@ -28,7 +28,10 @@ class PodSax : public nlohmann::json_sax<json> {
   bool too_many = false;
 
   bool null() override { return true; }
-  bool boolean(bool) override { return true; }
+  bool boolean(bool v) override {
+    if (v && in_pod_ && !deep_ && rel() == "/status/containerStatuses/[]/started") ++pod_.started;
+    return true;
+  }
   bool number_integer(number_integer_t v) override { return number(static_cast<long>(v)); }
   bool number_unsigned(number_unsigned_t v) override { return number(static_cast<long>(v)); }
   bool number_float(number_float_t, const string_t&) override { return true; }
@@ -55,6 +58,8 @@ class PodSax : public nlohmann::json_sax<json> {
     } else if (in_pod_ && !deep_ && rel() == "/status/conditions/[]") {
       cond_is_gate_ = false;
       cond_status_.clear();
+    } else if (in_pod_ && !deep_ && rel() == "/spec/containers/[]") {
+      ++pod_.containers;
     }
     return push("");
   }
@@ -156,6 +161,10 @@ WatchEvent::Type event_type(const std::string& t) {
 bool gate_applies(const PodFacts& pod, const std::string& node) {
   return pod.valid && pod.declares_gate && pod.node_name == node && pod.phase != "Succeeded" &&
          pod.phase != "Failed";
+}
+
+bool all_started(const PodFacts& pod) {
+  return pod.phase == "Running" && pod.containers > 0 && pod.started >= pod.containers;
 }
 
 Result<PodListPage> parse_pod_list(std::string_view text, std::size_t max_items) {

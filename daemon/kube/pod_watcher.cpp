@@ -26,7 +26,12 @@ std::string percent_encode(const std::string& text) {
 }
 
 PodWatcher::PodWatcher(ApiEndpoint endpoint, PodWatchOptions options, std::function<void()> changed)
-    : options_(std::move(options)), changed_(std::move(changed)), token_(endpoint.token_file), transport_(endpoint) {
+    : options_(std::move(options)),
+      changed_(std::move(changed)),
+      backoff_(options_.backoff_first, options_.backoff_max, options_.jitter, random_seed()),
+      rng_(random_seed()),
+      token_(endpoint.token_file),
+      transport_(endpoint) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -79,8 +84,12 @@ void PodWatcher::publish(bool synced_now) {
 }
 
 void PodWatcher::run() {
-  auto backoff = options_.backoff_first;
   bool need_list = true;
+  // Jittered, and at least what the server asked for (429, 503 with Retry-After).
+  auto back_off = [&] {
+    sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(backoff_.next(retry_after_)));
+    retry_after_.reset();
+  };
   for (;;) {
     {
       std::lock_guard lock(mu_);
@@ -90,8 +99,7 @@ void PodWatcher::run() {
       if (auto s = list(); !s) {
         if (transport_.stopping()) return;
         fail("listing pods: " + s.error().message);
-        sleep_for(backoff);
-        backoff = std::min(backoff * 2, options_.backoff_max);
+        back_off();
         continue;
       }
       need_list = false;
@@ -106,10 +114,9 @@ void PodWatcher::run() {
     }
     if (end == WatchEnd::kFailed) fail("watching pods: " + why);
     if (end == WatchEnd::kFailed || std::chrono::steady_clock::now() - started < kShortWatch) {
-      sleep_for(backoff);
-      backoff = std::min(backoff * 2, options_.backoff_max);
+      back_off();
     } else {
-      backoff = options_.backoff_first;
+      backoff_.reset();
     }
   }
 }
@@ -123,6 +130,7 @@ Result<std::string> PodWatcher::get(const std::string& path, std::string& body) 
   req.max_body = options_.max_page_bytes;
   ApiResponse r = transport_.perform(req, *token);
   if (r.stopped) return Error{"stopped"};
+  if (r.status == 429 || r.status >= 500) retry_after_ = r.retry_after;
   if (!r.ok()) {
     if (r.status == 0 || r.truncated) return Error{r.error};
     return Error{"GET " + path + ": HTTP " + std::to_string(r.status) + " " + r.body.substr(0, 512)};
@@ -136,13 +144,19 @@ Status PodWatcher::list() {
   pods_.swap(fresh);  // consider() fills pods_
   std::string cont, rv, body;
   do {
-    std::string path = "/api/v1/pods?" + selector() + "&limit=" + std::to_string(options_.page_limit);
-    if (!cont.empty()) path += "&continue=" + percent_encode(cont);
+    // From the watch cache: whole, at a resourceVersion the watch can start from. A server
+    // that pages anyway is followed (a continue token carries its own resourceVersion).
+    std::string path = "/api/v1/pods?" + selector();
+    path += cont.empty() ? "&resourceVersion=0" : "&continue=" + percent_encode(cont);
+    {
+      std::lock_guard lock(mu_);
+      ++view_.list_requests;
+    }
     if (auto got = get(path, body); !got) {
       pods_.swap(fresh);  // keep what we knew
       return got.error();
     }
-    auto page = parse_pod_list(body, options_.page_limit * 2);
+    auto page = parse_pod_list(body, options_.max_list_items);
     if (!page) {
       pods_.swap(fresh);
       return page.error();
@@ -167,9 +181,11 @@ PodWatcher::WatchEnd PodWatcher::watch(std::string& why) {
     ++view_.watches;
   }
   ApiRequest req;
+  const auto base = options_.watch_timeout.count();
+  const auto timeout = std::chrono::seconds(base + std::uniform_int_distribution<long>(0, std::max(0L, base - 1))(rng_));
   req.path = "/api/v1/pods?" + selector() + "&watch=true&allowWatchBookmarks=true&resourceVersion=" +
-             percent_encode(resource_version_) + "&timeoutSeconds=" + std::to_string(options_.watch_timeout.count());
-  req.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.watch_timeout) + std::chrono::seconds(30);
+             percent_encode(resource_version_) + "&timeoutSeconds=" + std::to_string(timeout.count());
+  req.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout) + std::chrono::seconds(30);
   req.idle_timeout = options_.idle_timeout;
   req.max_body = 4096;  // an error's Status
   bool gone = false;
@@ -180,6 +196,7 @@ PodWatcher::WatchEnd PodWatcher::watch(std::string& why) {
   ApiResponse r = transport_.perform(req, *token);
   if (dirty_) publish();
   if (r.stopped) return WatchEnd::kStopped;
+  if (r.status == 429 || r.status >= 500) retry_after_ = r.retry_after;
   if (gone || r.status == 410) {
     std::lock_guard lock(mu_);
     ++view_.gone;
@@ -254,9 +271,10 @@ void PodWatcher::consider(const PodFacts& pod) {
     ++view_.skipped;
     return;
   }
-  GatedPod gated{pod.pod, pod.gate_status};
+  GatedPod gated{pod.pod, pod.gate_status, all_started(pod)};
   if (it != pods_.end() && it->second.pod.name == gated.pod.name &&
-      it->second.pod.pod_namespace == gated.pod.pod_namespace && it->second.observed == gated.observed)
+      it->second.pod.pod_namespace == gated.pod.pod_namespace && it->second.observed == gated.observed &&
+      it->second.started == gated.started)
     return;
   pods_[pod.pod.uid] = std::move(gated);
   dirty_ = true;

@@ -1,9 +1,10 @@
 // Learns which pods of this node declare the readiness gate gpu-devwatch.io/devices-ready:
-// lists them (fieldSelector=spec.nodeName=<node>, in pages), then watches from the list's
-// resourceVersion, on a thread of its own (a watch is a long-lived request; the status
-// writes share the events' worker). A watch that ends is resumed from the last
-// resourceVersion seen; "410 Gone" (as an HTTP status or an ERROR event) lists again;
-// failures back off. Pods are tenant input: a page, an event line and the set of gated
+// lists them (fieldSelector=spec.nodeName=<node>) from the API server's watch cache
+// (resourceVersion=0, no paging: no quorum read of etcd, as kubelet's own reflector
+// lists), then watches from the list's resourceVersion, on a thread of its own (a watch is
+// a long-lived request; the status writes share the events' worker). A watch that ends is
+// resumed from the last resourceVersion seen; "410 Gone" (as an HTTP status or an ERROR
+// event) lists again; failures back off with jitter, at least the server's Retry-After. Pods are tenant input: a page, an event line and the set of gated
 // pods kept are bounded (kube/pod_gates.h parses them), and a pod that does not declare the
 // gate is never kept. The loop reads the result with view(); `changed` tells it when.
 #pragma once
@@ -13,12 +14,15 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/result.h"
 #include "kube/api_transport.h"
+#include "kube/backoff.h"
 #include "kube/pod_gates.h"
 #include "kube/status_planner.h"
 
@@ -27,15 +31,18 @@ namespace gdw::kube {
 struct PodWatchOptions {
   std::string node;
   std::size_t max_pods = 512;  // gated pods kept (a node runs at most a few hundred pods)
-  std::size_t page_limit = 20;
-  // A page of 20 pods, each at most what etcd stores (1.5 MiB by default), fits.
-  std::size_t max_page_bytes = 32u << 20;
+  std::size_t max_list_items = 2000;  // pods in one list answer (a node's: kubelet's max-pods)
+  // A node's pods in one answer (the cache does not page): 64 MiB holds hundreds of large pods.
+  std::size_t max_page_bytes = 64u << 20;
   std::size_t max_event_bytes = 2u << 20;  // one watch event line
-  std::chrono::seconds watch_timeout{300};  // timeoutSeconds asked of the API server
+  // timeoutSeconds asked of the API server: drawn from [watch_timeout, 2 × watch_timeout),
+  // as client-go's reflector does, so that a fleet's watches do not all end together.
+  std::chrono::seconds watch_timeout{300};
   std::chrono::seconds idle_timeout{120};   // nothing (not even a bookmark) for this long: dead
   std::chrono::milliseconds request_timeout{30000};  // a list page
   std::chrono::milliseconds backoff_first{500};
   std::chrono::milliseconds backoff_max{30000};
+  double jitter = 0.5;  // kube/backoff.h
 };
 
 struct PodWatchView {
@@ -43,6 +50,7 @@ struct PodWatchView {
   bool synced = false;         // a whole list has been read
   std::uint64_t generation = 0;
   std::uint64_t lists = 0;     // lists completed
+  std::uint64_t list_requests = 0;  // list requests made (each page one)
   std::uint64_t watches = 0;   // watch requests started
   std::uint64_t gone = 0;      // 410 Gone: listed again
   std::uint64_t skipped = 0;   // events or pods not used: too large, malformed, over max_pods
@@ -76,6 +84,9 @@ class PodWatcher {
 
   PodWatchOptions options_;
   std::function<void()> changed_;
+  Backoff backoff_;
+  std::mt19937_64 rng_;
+  std::optional<std::chrono::seconds> retry_after_;  // the last failed answer's
   TokenFile token_;
   ApiTransport transport_;
   // The watcher thread's own state.

@@ -34,17 +34,20 @@ std::optional<ApiEndpoint> conditions_endpoint(const Config& config, std::string
 Result<std::unique_ptr<StatusReporter>> StatusReporter::create(const Config& config, const ApiEndpoint& endpoint,
                                                                const std::string& node, EventLoop& loop,
                                                                Metrics& metrics, EventSender& sender,
-                                                               std::unique_ptr<StatusPlanner> carried) {
+                                                               std::unique_ptr<StatusPlanner> carried,
+                                                               std::function<void()> recount) {
   StatusOptions options;
   options.node_path = node_status_path(node);
   options.grace = config.conditions.grace;
   options.resync = config.conditions.resync;
+  options.seed = random_seed();
   if (carried) {
     carried->set_options(options);
   } else {
     carried = std::make_unique<StatusPlanner>(options);
   }
   std::unique_ptr<StatusReporter> r(new StatusReporter(metrics, sender, std::move(carried), endpoint.server));
+  r->recount_ = std::move(recount);
   if (auto s = r->attach(loop); !s) return s.error();
   if (options.node_path.empty()) {
     return Error{"the node name '" + node + "' (NODE_NAME, else the host name) is not a valid node name"};
@@ -113,10 +116,13 @@ void StatusReporter::tick() {
   auto next = planner_->next_wake(now);
   if (!next) {
     timer_.disarm();
-    return;
+  } else {
+    const auto delay =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::max(Clock::duration::zero(), *next - now));
+    if (auto s = timer_.arm(delay + std::chrono::milliseconds(1)); !s) loop_metrics_.event_loop_error("conditions");
   }
-  const auto delay = std::chrono::duration_cast<std::chrono::microseconds>(std::max(Clock::duration::zero(), *next - now));
-  if (auto s = timer_.arm(delay + std::chrono::milliseconds(1)); !s) loop_metrics_.event_loop_error("conditions");
+  // Last: the recount comes back through update(), which ticks again.
+  if (planner_->take_wanted_check() && recount_) recount_();
 }
 
 void StatusReporter::send(std::vector<PlannedWrite> writes) {
@@ -124,6 +130,7 @@ void StatusReporter::send(std::vector<PlannedWrite> writes) {
     StatusWrite sw;
     sw.path = w.path;
     sw.body = w.body;
+    sw.read = w.read;
     sw.done = [this, w](SendOutcome outcome, long http_status, const std::string& detail) {  // worker thread
       {
         std::lock_guard lock(mu_);
@@ -134,7 +141,7 @@ void StatusReporter::send(std::vector<PlannedWrite> writes) {
     };
     if (!sender_.enqueue_status(std::move(sw))) {
       planner_->written(w, false, Clock::now());
-      metrics_.status_write(object_of(w), "queue_full");
+      if (!w.read) metrics_.status_write(object_of(w), "queue_full");
     }
   }
 }
@@ -154,9 +161,29 @@ void StatusReporter::take_outcomes() {
     outcomes.swap(outcomes_);
   }
   for (const auto& o : outcomes) {
+    if (o.write.read) {
+      take_node_read(o);
+      continue;
+    }
     if (planner_) planner_->written(o.write, o.outcome == SendOutcome::kSent, Clock::now());
     report_outcome(o);
   }
+}
+
+void StatusReporter::take_node_read(const Outcome& o) {
+  std::string why = o.detail;
+  if (o.outcome == SendOutcome::kSent) {
+    auto prior = parse_node_conditions(o.detail);
+    if (prior) {
+      if (planner_) planner_->node_read(*prior, Clock::now());
+      log::info("node conditions as they stand read from " + server_ + "; nothing is written until the first check");
+      return;
+    }
+    why = prior.error().message;
+  }
+  if (planner_) planner_->written(o.write, false, Clock::now());
+  log::warn("node conditions: reading the node failed (" + why.substr(0, 512) +
+            "); no condition is written before it is read; retried with back-off");
 }
 
 void StatusReporter::report_outcome(const Outcome& o) {
@@ -198,7 +225,7 @@ void StatusReporter::take_watch() {
   PodWatchView v = watcher_->view();
   if (v.generation == watch_generation_) return;
   watch_generation_ = v.generation;
-  planner_->set_gated_pods(v.pods);
+  planner_->set_gated_pods(v.pods, Clock::now());
   metrics_.set_readiness_gate_pods(v.pods.size());
   metrics_.set_pod_watch_up(v.synced && v.problem.empty());
   metrics_.pod_watch_lists(v.lists - watch_seen_.lists);

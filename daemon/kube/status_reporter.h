@@ -6,6 +6,7 @@
 // outcomes cross threads through the sender's queue and an eventfd.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -30,10 +31,13 @@ std::optional<ApiEndpoint> conditions_endpoint(const Config& config, std::string
 class StatusReporter {
  public:
   // `carried`: the planner of the reporter this one replaces (SIGHUP), so transition
-  // times, grace clocks and what was delivered survive; nullptr at start.
+  // times, grace clocks and what was delivered survive; nullptr at start. `recount`: asks
+  // the daemon for a fresh snapshot (update()), when a pod's containers started after the
+  // last one.
   static Result<std::unique_ptr<StatusReporter>> create(const Config& config, const ApiEndpoint& endpoint,
                                                         const std::string& node, EventLoop& loop, Metrics& metrics,
-                                                        EventSender& sender, std::unique_ptr<StatusPlanner> carried);
+                                                        EventSender& sender, std::unique_ptr<StatusPlanner> carried,
+                                                        std::function<void()> recount);
   ~StatusReporter();
   StatusReporter(const StatusReporter&) = delete;
   StatusReporter& operator=(const StatusReporter&) = delete;
@@ -60,12 +64,14 @@ class StatusReporter {
   void take_watch();
   void report_outcome(const Outcome& o);
   void report_conditions(const NodeConditions& before);
+  void take_node_read(const Outcome& o);
 
   StatusMetrics metrics_;
   DaemonMetrics loop_metrics_;
   EventSender& sender_;
   std::unique_ptr<StatusPlanner> planner_;
   std::string server_;
+  std::function<void()> recount_;
   gdw::EventSource timer_;
   gdw::EventSource wake_source_;
   int wake_fd_ = -1;

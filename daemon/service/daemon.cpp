@@ -73,7 +73,13 @@ BundleRefreshDepth bundle_refresh_depth(std::string_view reason) {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 void report_node_faults(kube::KubeReporting* kube, const NodeHealthMonitor* health) {
-  if (kube && health) kube->node_faults(health->checkpoint_stale(), health->unresponsive_plugins());
+  if (kube && health) kube->node_faults(health->checkpoint_verdict(), health->plugins_verdict());
+}
+
+// A full check of every container, once the allocation records' first answers are in: the
+// node conditions and the readiness gate may say what it found.
+void report_checked(kube::KubeReporting* kube, const NodeHealthMonitor* health) {
+  if (kube && health && health->first_answers_in()) kube->containers_checked();
 }
 
 }  // namespace
@@ -183,6 +189,7 @@ Status Daemon::start() {
 }
 
 Status Daemon::start_node() {
+  if (kube_) kube_->containers_unchecked();  // the new fleet's first counts are no verdict
   health_.reset();
   fleet_.reset();
   inputs_source_ = EventSource();
@@ -247,6 +254,7 @@ void Daemon::full_resync(const std::string& reason) {
   health_->checkpoint_or_inventory_changed();
   if (!nvml_->running() && inputs_->model().needs_nvml()) nvml_->start(config_);
   fleet_->sync(inputs_->model().scan());
+  report_checked(kube_.get(), health_.get());
   DaemonMetrics(metrics_).resync(reason, seconds_since(start));
   log::debug("resync (" + reason + ") took " + std::to_string(seconds_since(start) * 1000) + " ms");
 }
@@ -279,6 +287,7 @@ void Daemon::on_health_change(HealthChange change) {
   if (change == HealthChange::kAllocations) fleet_->reresolve_all();
   if (change == HealthChange::kFirstAnswers) notify_ready_when_settled();
   if (change == HealthChange::kFaults) report_node_faults(kube_.get(), health_.get());
+  if (change == HealthChange::kFirstAnswers) report_checked(kube_.get(), health_.get());
 }
 
 void Daemon::notify_ready_when_settled() {
@@ -297,7 +306,9 @@ void Daemon::notify_ready_when_settled() {
 
 void Daemon::start_events() {
   // The old one's threads are joined (requests in flight aborted) before the new one starts.
-  kube_ = kube::KubeReporting::create(config_, *loop_, metrics_, std::move(kube_));
+  kube_ = kube::KubeReporting::create(config_, *loop_, metrics_, std::move(kube_), [this] {
+    if (fleet_) fleet_->update_gauges();
+  });
   report_node_faults(kube_.get(), health_.get());
   fleet_->set_reporting(kube_.get());
 }

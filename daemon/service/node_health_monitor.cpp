@@ -100,7 +100,14 @@ void NodeHealthMonitor::take_pod_resources(std::vector<PodResourcesContainer> co
 }
 
 void NodeHealthMonitor::poll_plugins() {
-  if (auto s = gatherer_->ask_plugins(); !s) log::debug("device plugins: " + s.error().message);
+  if (auto s = gatherer_->ask_plugins(); !s) {
+    log::debug("device plugins: " + s.error().message);
+    // No socket to ask (no directory): no plugin is known to hang.
+    if (!plugins_probed_) {
+      plugins_probed_ = true;
+      changed_(HealthChange::kFaults);
+    }
+  }
   (void)prober_timer_.arm(duration_cast<microseconds>(config_.kubelet.plugin_probe_interval));
 }
 
@@ -123,8 +130,9 @@ void NodeHealthMonitor::on_plugins() {
   }
   for (const auto& [socket, up] : plugin_up_)
     if (!now.count(socket)) metrics_.forget_device_plugin(socket);
-  const bool changed = now != plugin_up_;
+  const bool changed = now != plugin_up_ || !plugins_probed_;
   plugin_up_ = std::move(now);
+  plugins_probed_ = true;
   if (changed) changed_(HealthChange::kFaults);
 }
 

@@ -66,6 +66,11 @@ class NodeHealthMonitor {
   // The node faults as last judged (node conditions).
   bool checkpoint_stale() const { return stale_.value_or(false); }
   std::vector<std::string> unresponsive_plugins() const;
+  // The same, nullopt until first judged (the checkpoint read, the first round of probes).
+  std::optional<bool> checkpoint_verdict() const { return stale_; }
+  std::optional<std::vector<std::string>> plugins_verdict() const {
+    return plugins_probed_ ? std::optional(unresponsive_plugins()) : std::nullopt;
+  }
 
  private:
   void poll_pod_resources();
@@ -100,6 +105,7 @@ class NodeHealthMonitor {
   EventSource prober_io_;
   EventSource prober_timer_;
   std::map<std::string, bool> plugin_up_;  // socket → last state
+  bool plugins_probed_ = false;            // a first round is in (or there was nothing to ask)
 
   std::optional<bool> stale_;  // last judged
   // The remediation's confirmation state, for one piece of evidence (stale_evidence_key).

@@ -28,12 +28,14 @@ except ImportError:
 CAPABILITIES = {"SYS_ADMIN", "BPF", "PERFMON", "DAC_READ_SEARCH", "SYS_PTRACE"}
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 # What each feature asks of the API server, one ClusterRole each, exactly these rules:
-# Events (create, and patch a repeat's count), the node conditions (a strategic merge patch
-# of nodes/status), the readiness gate (this node's pods listed and watched, their status
-# patched). Nothing broader: no get, no update, no other resource, no wildcard.
+# Events (create, and patch a repeat's count), the node conditions (the node read once at
+# start, a strategic merge patch of nodes/status), the readiness gate (this node's pods
+# listed and watched, their status patched). Nothing broader: no update, no other
+# resource, no wildcard.
 ROLES = {
     "gpu-devwatch-events": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}],
-    "gpu-devwatch-node-conditions": [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}],
+    "gpu-devwatch-node-conditions": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+                                     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}],
     "gpu-devwatch-readiness-gate": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
                                     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}],
 }
@@ -290,8 +292,8 @@ def self_test_rbac(by_kind, pod, ctr, namespace, effective):
         bk["ClusterRoleBinding"] = [b for b in bk["ClusterRoleBinding"] if b["roleRef"]["name"] != name]
 
     cases = {
-        "get on nodes": lambda bk: role(bk, "gpu-devwatch-node-conditions")["rules"][0]["verbs"].append("get"),
-        "nodes, not nodes/status": lambda bk: role(bk, "gpu-devwatch-node-conditions")["rules"][0].update(
+        "list on nodes": lambda bk: role(bk, "gpu-devwatch-node-conditions")["rules"][0]["verbs"].append("list"),
+        "nodes, not nodes/status": lambda bk: role(bk, "gpu-devwatch-node-conditions")["rules"][1].update(
             resources=["nodes"]),
         "patch on pods": lambda bk: role(bk, "gpu-devwatch-readiness-gate")["rules"][0]["verbs"].append("patch"),
         "a wildcard": lambda bk: role(bk, "gpu-devwatch-events")["rules"].append(

@@ -1,7 +1,9 @@
 // The pod watch and the status writes against a local HTTPS API server (CA made by the
-// test): list then watch of this node's pods, only gated pods kept, a dropped watch resumed
-// from its resourceVersion, 410 Gone listed again, 500 answers and a hanging server backed
-// off from, oversized pods skipped; status PATCHes on the events' worker.
+// test): list (from the cache: resourceVersion=0, one request) then watch of this node's
+// pods, only gated pods kept, a dropped watch resumed from its resourceVersion, 410 Gone
+// listed again, 500 answers and a hanging server backed off from, 429's Retry-After waited
+// out, oversized pods skipped, every request named by its User-Agent; status PATCHes on
+// the events' worker, held by a Retry-After too.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +45,7 @@ class PodWatchOverTls : public ::testing::Test {
     o.node = "gpu-node-1";
     o.backoff_first = std::chrono::milliseconds(100);
     o.backoff_max = std::chrono::milliseconds(400);
+    o.jitter = 0;
     return std::make_unique<PodWatcher>(kube::ApiEndpoint{server_.url(), server_.token_file(), server_.ca_file()}, o,
                                         [this] { ++changes_; });
   }
@@ -51,12 +54,13 @@ class PodWatchOverTls : public ::testing::Test {
       if (p.pod.uid == uid_of(i)) return true;
     return false;
   }
-  std::size_t lists() const {
-    std::size_t n = 0;
-    for (const auto& r : server_.requests_to("GET", "/api/v1/pods?"))
-      n += r.path.find("&limit=") != std::string::npos;
-    return n;
+  std::vector<RecordedRequest> list_requests() const {
+    std::vector<RecordedRequest> out;
+    for (auto& r : server_.requests_to("GET", "/api/v1/pods?"))
+      if (r.path.find("watch=true") == std::string::npos) out.push_back(std::move(r));
+    return out;
   }
+  std::size_t lists() const { return list_requests().size(); }
   FakeApiServer server_;
   std::atomic<int> changes_{0};
 };
@@ -75,8 +79,10 @@ TEST_F(PodWatchOverTls, OnlyThisNodesPodsThatDeclareTheGateAreKept) {
   EXPECT_FALSE(v.pods[0].observed.has_value());
   EXPECT_GE(changes_.load(), 1);
   auto list = server_.requests_to("GET", "/api/v1/pods?")[0];
-  EXPECT_EQ(list.path, "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-1&limit=20");
+  EXPECT_EQ(list.path, "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-1&resourceVersion=0")
+      << "from the watch cache, whole: no quorum read of etcd";
   EXPECT_EQ(list.authorization, "Bearer token-one");
+  EXPECT_EQ(list.user_agent.rfind("gpu-devwatch/0.1.0 (", 0), 0u) << list.user_agent;
 
   // Watched: added, its condition as the API server has it, deleted.
   server_.add_pod(pod(4, true));
@@ -152,7 +158,21 @@ TEST_F(PodWatchOverTls, AHangingServerNeverHoldsUpStopping) {
   server_.set_mode("ok");
 }
 
-TEST_F(PodWatchOverTls, ListsInPagesAndSkipsOversizedPods) {
+TEST_F(PodWatchOverTls, TooManyRequestsIsWaitedOutAsItsRetryAfterSays) {
+  server_.set_mode("429:2");
+  server_.add_pod(pod(1, true));
+  auto w = start();  // its own back-off would ask again after 100 ms
+  ASSERT_TRUE(eventually([&] { return lists() >= 1; }));
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(lists(), 1u) << "Retry-After: 2 is waited out";
+  server_.set_mode("ok");
+  ASSERT_TRUE(eventually([&] { return has(w->view(), 1); }, 4s)) << w->view().problem;
+  auto asked = list_requests();
+  ASSERT_GE(asked.size(), 2u);
+  EXPECT_GE(asked[1].time - asked[0].time, 1.9);
+}
+
+TEST_F(PodWatchOverTls, ListsWholeFromTheCacheAndSkipsOversizedPods) {
   for (int i = 0; i < 45; ++i) server_.add_pod(pod(i, true));
   std::this_thread::sleep_for(200ms);
   kube::PodWatchOptions o;
@@ -160,11 +180,12 @@ TEST_F(PodWatchOverTls, ListsInPagesAndSkipsOversizedPods) {
   o.max_pods = 40;
   auto w = start(o);
   ASSERT_TRUE(eventually([&] { return w->view().synced; }));
-  EXPECT_EQ(lists(), 3u) << "45 pods, 20 a page";
+  EXPECT_EQ(lists(), 1u) << "45 pods, one answer from the cache";
   EXPECT_EQ(w->view().pods.size(), 40u) << "bounded";
   EXPECT_EQ(w->view().skipped, 5u);
   w.reset();
   for (int i = 0; i < 10; ++i) server_.delete_pod("ml", "p-" + std::to_string(i));  // 35 left: below the bound
+  std::this_thread::sleep_for(200ms);
   auto w2 = start(o);
   ASSERT_TRUE(eventually([&] { return w2->view().synced; }));
   json huge = pod(100, true);
@@ -197,6 +218,18 @@ TEST_F(PodWatchOverTls, StatusPatchesGoFirstWithTheirOwnOutcome) {
   ASSERT_TRUE(sender.enqueue_status(w));
   ASSERT_TRUE(eventually([&] { return done.load() == 101; }));
   EXPECT_EQ(http.load(), 500);
+  // 429 with Retry-After: the next request waits it out.
+  server_.set_mode("429:1");
+  ASSERT_TRUE(sender.enqueue_status(w));
+  ASSERT_TRUE(eventually([&] { return done.load() == 201; }));
+  EXPECT_EQ(http.load(), 429);
+  server_.set_mode("ok");
+  ASSERT_TRUE(sender.enqueue_status(w));
+  ASSERT_TRUE(eventually([&] { return done.load() == 202; }, 3s));
+  auto patches = server_.requests_to("PATCH", "/api/v1/nodes/");
+  ASSERT_EQ(patches.size(), 4u);
+  EXPECT_GE(patches[3].time - patches[2].time, 0.9) << "held for Retry-After: 1";
+  EXPECT_EQ(patches[3].user_agent.rfind("gpu-devwatch/", 0), 0u) << patches[3].user_agent;
 }
 
 }  // namespace

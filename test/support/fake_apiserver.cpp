@@ -88,7 +88,8 @@ std::vector<RecordedRequest> FakeApiServer::requests() const {
   while (std::getline(lines, line)) {
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded()) continue;
-    RecordedRequest r{j["method"], j["path"], j["authorization"], j["content_type"], nullptr};
+    RecordedRequest r{j["method"], j["path"], j["authorization"], j["content_type"], j.value("user_agent", ""),
+                      j.value("time", 0.0), nullptr};
     r.body = nlohmann::json::parse(j["body"].get<std::string>(), nullptr, false);
     if (r.body.is_discarded()) r.body = nullptr;
     out.push_back(std::move(r));
@@ -117,6 +118,9 @@ void FakeApiServer::add_pod(const nlohmann::json& pod) { command({{"add", pod}})
 void FakeApiServer::modify_pod(const nlohmann::json& pod) { command({{"modify", pod}}); }
 void FakeApiServer::delete_pod(const std::string& ns, const std::string& name) {
   command({{"delete", {ns, name}}});
+}
+void FakeApiServer::set_node_conditions(const nlohmann::json& conditions) {
+  command({{"node_conditions", conditions}});
 }
 void FakeApiServer::compact() { command({{"compact", true}}); }
 void FakeApiServer::drop_watches() { command({{"drop", true}}); }

@@ -1,7 +1,8 @@
-// A local HTTPS stand-in for the API server (fake_apiserver.py): events, node status,
-// this node's pods (list, watch) and their status, with a CA, server certificate
+// A local HTTPS stand-in for the API server (fake_apiserver.py): events, the node and its
+// status, this node's pods (list, watch) and their status, with a CA, server certificate
 // (127.0.0.1) and ServiceAccount token made for the test, and knobs for the failures a
-// real one shows (500 answers, hanging, dropped watches, 410 Gone).
+// real one shows (500 answers, 429/503 with Retry-After, hanging, dropped watches, 410
+// Gone). Stateful: the PATCHes are applied to the objects it serves.
 #pragma once
 
 #include <map>
@@ -21,6 +22,8 @@ struct RecordedRequest {
   std::string path;
   std::string authorization;
   std::string content_type;
+  std::string user_agent;
+  double time = 0;      // when it arrived (seconds since the epoch)
   nlohmann::json body;  // null when the body is not JSON
 };
 
@@ -44,8 +47,11 @@ class FakeApiServer {
   // `conditions_extra` is given, which goes into a conditions: section turned on).
   std::string config_yaml(const std::string& events_extra = "", const std::string& conditions_extra = "") const;
 
-  // "ok", "500" (every request answered 500) or "hang" (no answer until the mode changes).
+  // "ok", "500" (every request answered 500), "429:N" / "503:N" (answered so, with
+  // Retry-After: N) or "hang" (no answer until the mode changes).
   void set_mode(const std::string& mode);
+  // The node's conditions as a previous run (or anyone) left them.
+  void set_node_conditions(const nlohmann::json& conditions);
   // Pods (whole objects, with metadata.namespace, name, uid and spec.nodeName), as a
   // controller creates, updates and deletes them; each change is a watch event.
   void add_pod(const nlohmann::json& pod);

@@ -4,23 +4,30 @@
 usage: fake_apiserver.py --cert C --key K --port-file F --log L --state DIR [--hang]
 
 Listens on 127.0.0.1 (a free port, written to --port-file once listening). Every request is
-appended to --log as one JSON line: method, path, authorization, content_type, body.
+appended to --log as one JSON line: method, path, authorization, content_type, user_agent,
+body. It keeps state as the API server does: the PATCHes are applied to the objects it
+serves (strategic merge: maps merged, `conditions` lists merged by type, other lists
+replaced, null deletes), and what it serves next shows them.
 
 - POST /api/v1/namespaces/<ns>/events creates (201); PATCH .../events/<name> answers 200 for
   an event created before, 404 otherwise, as the API server does.
-- PATCH /api/v1/nodes/<node>/status: the conditions of the strategic merge patch are merged
-  by type into the node's; DIR/node.json holds the node's status after each.
+- GET /api/v1/nodes/<node>: the Node, its status as the patches left it.
+- PATCH /api/v1/nodes/<node>/status: the strategic merge patch applied to the node; DIR/node.json
+  holds the node's status after each.
 - GET /api/v1/pods?fieldSelector=spec.nodeName%3D<node>[&limit=N&continue=T]: this node's
-  pods, paged. With &watch=true&resourceVersion=RV: a chunked stream of watch events after
-  RV; an RV older than the last compaction gets an ERROR event with code 410.
+  pods, paged (a quorum read); with resourceVersion=0: all of them from the watch cache, the
+  limit ignored, as the API server's cache answers. With &watch=true&resourceVersion=RV: a
+  chunked stream of watch events after RV; an RV older than the last compaction gets an
+  ERROR event with code 410.
 - PATCH /api/v1/namespaces/<ns>/pods/<name>/status: merges the conditions into the pod
   (a MODIFIED event follows); 404 for no such pod, 422 when metadata.uid differs.
 - The test steers it through DIR/commands.jsonl, one JSON object a line, read as appended:
   {"add": pod} / {"modify": pod} / {"delete": [ns, name]}, {"compact": true} (watches from
-  earlier resourceVersions get 410), {"drop": true} (every open watch is cut off).
-  DIR/mode holds "ok", "500" (every request answered 500) or "hang" (requests wait, without
-  an answer, until the mode changes; the connection is then closed). DIR/pods.json holds
-  every pod after each change.
+  earlier resourceVersions get 410), {"drop": true} (every open watch is cut off),
+  {"node_conditions": [...]} (the node's conditions as a previous run left them).
+  DIR/mode holds "ok", "500" (every request answered 500), "429:N" or "503:N" (answered so
+  with Retry-After: N) or "hang" (requests wait, without an answer, until the mode changes;
+  the connection is then closed). DIR/pods.json holds every pod after each change.
 --hang: as DIR/mode "hang" from the start, for good.
 """
 import argparse
@@ -36,6 +43,7 @@ import urllib.parse
 
 EVENTS = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/events(?:/([a-z0-9.-]+))?$")
 NODE_STATUS = re.compile(r"^/api/v1/nodes/([a-z0-9.-]+)/status$")
+NODE = re.compile(r"^/api/v1/nodes/([a-z0-9.-]+)$")
 POD_STATUS = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods/([a-z0-9.-]+)/status$")
 
 
@@ -50,7 +58,7 @@ class State:
         self.rv = 100
         self.compacted = 0  # watches from an RV below this get 410
         self.drops = 0
-        self.node = {"conditions": []}
+        self.node = {"conditions": []}  # the node's status
         self.created = set()
         self.commands_read = 0
 
@@ -80,6 +88,9 @@ class State:
         elif command.get("drop"):
             self.drops += 1
             self.cv.notify_all()
+        elif "node_conditions" in command:
+            self.node["conditions"] = command["node_conditions"]
+            write_json(os.path.join(self.dir, "node.json"), self.node)
 
     def poll_commands(self):
         path = os.path.join(self.dir, "commands.jsonl")
@@ -111,6 +122,22 @@ def merge_conditions(existing, patch):
     return list(by_type.values())
 
 
+def strategic_merge(target, patch):
+    """Applies a strategic merge patch to `target` in place, as the API server does for the
+    fields used here: maps merged key by key, `conditions` merged by their type (the
+    patchMergeKey of NodeStatus and PodStatus), any other list replaced, null deleting."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif key == "conditions" and isinstance(value, list):
+            target[key] = merge_conditions(target.get(key, []), value)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            strategic_merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     state = None  # set by main(): the server's State
@@ -129,17 +156,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
-    def answer(self, status, obj):
+    def answer(self, status, obj, headers=None):
         data = json.dumps(obj).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
-    def status(self, code, reason, message):
+    def status(self, code, reason, message, headers=None):
         return self.answer(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                  "reason": reason, "message": message, "code": code})
+                                  "reason": reason, "message": message, "code": code}, headers)
 
     def handle_any(self):
         length = int(self.headers.get("Content-Length", "0"))
@@ -149,7 +178,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 log.write(json.dumps({"method": self.command, "path": self.path,
                                       "authorization": self.headers.get("Authorization", ""),
                                       "content_type": self.headers.get("Content-Type", ""),
-                                      "body": body}) + "\n")
+                                      "user_agent": self.headers.get("User-Agent", ""),
+                                      "time": time.time(), "body": body}) + "\n")
         if self.mode() == "hang":
             while self.mode() == "hang":
                 time.sleep(0.05)
@@ -157,12 +187,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if self.mode() == "500":
             return self.status(500, "InternalError", "injected by the test")
+        if self.mode().startswith(("429:", "503:")):
+            code, after = self.mode().split(":")
+            return self.status(int(code), "TooManyRequests" if code == "429" else "ServiceUnavailable",
+                               "injected by the test", {"Retry-After": after})
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         if url.path == "/api/v1/pods" and self.command == "GET":
             return self.watch(query) if query.get("watch") == ["true"] else self.list(query)
         for pattern, handler in ((EVENTS, self.events), (NODE_STATUS, self.node_status),
-                                 (POD_STATUS, self.pod_status)):
+                                 (POD_STATUS, self.pod_status), (NODE, self.node_get)):
             m = pattern.match(url.path)
             if m:
                 return handler(body, *m.groups())
@@ -180,15 +214,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.answer(200, json.loads(body))
         return self.status(405, "MethodNotAllowed", "method not allowed")
 
+    def node_object(self, node):
+        return {"kind": "Node", "apiVersion": "v1", "metadata": {"name": node},
+                "status": copy.deepcopy(self.state.node)}
+
+    def node_get(self, body, node):
+        if self.command != "GET":
+            return self.status(405, "MethodNotAllowed", "method not allowed")
+        with self.state.cv:
+            return self.answer(200, self.node_object(node))
+
     def node_status(self, body, node):
         if self.command != "PATCH":
             return self.status(405, "MethodNotAllowed", "method not allowed")
         patch = json.loads(body)
         with self.state.cv:
-            self.state.node["conditions"] = merge_conditions(self.state.node["conditions"],
-                                                        patch.get("status", {}).get("conditions", []))
+            strategic_merge(self.state.node, patch.get("status", {}))
             write_json(os.path.join(self.args.state, "node.json"), self.state.node)
-            return self.answer(200, {"kind": "Node", "metadata": {"name": node}, "status": self.state.node})
+            return self.answer(200, self.node_object(node))
 
     def pod_status(self, body, ns, name):
         patch = json.loads(body)
@@ -199,15 +242,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             uid = patch.get("metadata", {}).get("uid")
             if uid is not None and uid != pod["metadata"]["uid"]:
                 return self.status(422, "Invalid", "metadata.uid: Invalid value: field is immutable")
-            status = pod.setdefault("status", {})
-            status["conditions"] = merge_conditions(status.get("conditions", []),
-                                                    patch.get("status", {}).get("conditions", []))
+            strategic_merge(pod.setdefault("status", {}), patch.get("status", {}))
             self.state.record("MODIFIED", pod)
             return self.answer(200, pod)
 
     def list(self, query):
         node = query.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
         limit = int(query.get("limit", ["0"])[0]) or 1 << 30
+        if query.get("resourceVersion") == ["0"]:
+            limit = 1 << 30  # the watch cache answers whole
         start = int(query.get("continue", ["0"])[0] or 0)
         with self.state.cv:
             pods = [p for p in self.state.pods.values() if p.get("spec", {}).get("nodeName") == node]

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kube/conditions.h"
+#include "kube/node_prior.h"
 #include "kube/status_planner.h"
 
 namespace gdw::kube {
@@ -26,7 +27,7 @@ ContainerProblem missing(int pod, const std::string& container = "trainer") {
 
 DeviceAccessState with(std::vector<ContainerProblem> problems, bool stale = false,
                        std::vector<std::string> plugins = {}) {
-  return {std::move(problems), stale, std::move(plugins)};
+  return {std::move(problems), stale, std::move(plugins), /*checked=*/true};
 }
 
 TEST(KubeConditions, HealthyNodeIsFalseWithTheOkReasons) {
@@ -50,7 +51,9 @@ TEST(KubeConditions, AContainerMissingDevicesCountsOnlyAfterTheGrace) {
   auto c = judge_node(clock, T0 + 10s, 10s);
   EXPECT_TRUE(c[0].status);
   EXPECT_EQ(c[0].reason, "ContainersMissingDevices");
-  EXPECT_EQ(c[0].message, "1 pod(s) have GPU containers without their allocated devices for more than 10s: ml/trainer-1");
+  EXPECT_EQ(c[0].message,
+            "1 container(s) in 1 pod(s) without their allocated GPU devices for more than 10s (the pods' own Events "
+            "name them)");
   // Repaired: gone from the snapshot, and its clock with it.
   clock.observe(with({}), T0 + 11s);
   EXPECT_FALSE(judge_node(clock, T0 + 11s, 10s)[0].status);
@@ -58,7 +61,7 @@ TEST(KubeConditions, AContainerMissingDevicesCountsOnlyAfterTheGrace) {
   EXPECT_FALSE(judge_node(clock, T0 + 13s, 10s)[0].status) << "a new miss starts a new grace";
 }
 
-TEST(KubeConditions, TheMessageNamesFivePodsAndCountsTheRest) {
+TEST(KubeConditions, TheMessageCountsAndNamesNoTenant) {
   ProblemClock clock;
   std::vector<ContainerProblem> problems;
   for (int i = 0; i < 7; ++i) problems.push_back(missing(i));
@@ -68,8 +71,10 @@ TEST(KubeConditions, TheMessageNamesFivePodsAndCountsTheRest) {
   auto c = judge_node(clock, T0 + 10s, 10s);
   EXPECT_TRUE(c[0].status);
   EXPECT_EQ(c[0].message,
-            "8 pod(s) have GPU containers without their allocated devices for more than 10s: ml/trainer-0, "
-            "ml/trainer-1, ml/trainer-2, ml/trainer-3, ml/trainer-4 (and 3 more)");
+            "9 container(s) in 8 pod(s) without their allocated GPU devices for more than 10s (the pods' own Events "
+            "name them)");
+  EXPECT_EQ(c[0].message.find("ml/"), std::string::npos) << "anyone who reads nodes reads it";
+  EXPECT_EQ(c[0].message.find("trainer"), std::string::npos);
 }
 
 TEST(KubeConditions, StaleCheckpointAndHungPlugins) {
@@ -135,6 +140,7 @@ StatusOptions options() {
   StatusOptions o;
   o.node_path = "/api/v1/nodes/n1/status";
   o.grace = 10s;
+  o.jitter = 0;  // back-offs exact
   o.resync = 300s;
   return o;
 }
@@ -155,10 +161,33 @@ std::vector<PlannedWrite> pod_writes(const std::vector<PlannedWrite>& w) {
 
 json conditions_of(const PlannedWrite& w) { return json::parse(w.body)["status"]["conditions"]; }
 
+PriorConditions prior_all(const std::string& status, WallClock::time_point since = W0 - 3600s) {
+  PriorConditions prior;
+  for (auto& p : prior) p = PriorCondition{status, "R", "m", since};
+  return prior;
+}
+
+// A planner whose read of the node is done: it found our three conditions as `prior`.
+StatusPlanner read_node(StatusOptions o = options(), PriorConditions prior = prior_all("False")) {
+  StatusPlanner p(std::move(o));
+  auto read = p.plan(T0 - 1s, W0 - 1s);
+  EXPECT_EQ(read.size(), 1u);
+  EXPECT_TRUE(read.at(0).read);
+  EXPECT_EQ(read.at(0).path, "/api/v1/nodes/n1?resourceVersion=0");
+  p.node_read(prior, T0 - 1s);
+  return p;
+}
+
+GatedPod gated(int i, std::optional<bool> observed = std::nullopt, bool started = true) {
+  return {{"ml", "trainer-" + std::to_string(i), uid(i)}, observed, started};
+}
+
 TEST(KubeStatusPlanner, NothingBeforeTheFirstSnapshotThenAllThreeConditions) {
-  StatusPlanner p(options());
-  EXPECT_TRUE(p.plan(T0, W0).empty());
+  StatusPlanner p = read_node();
+  EXPECT_TRUE(p.plan(T0, W0).empty()) << "the node has the conditions: nothing until the first check";
   EXPECT_FALSE(p.next_wake(T0));
+  p.observe({{}, false, {}, /*checked=*/false}, T0);
+  EXPECT_TRUE(p.plan(T0, W0).empty()) << "a snapshot before the whole check is no verdict";
   p.observe(with({}), T0);
   auto w = p.plan(T0, W0);
   ASSERT_EQ(w.size(), 1u);
@@ -171,20 +200,21 @@ TEST(KubeStatusPlanner, NothingBeforeTheFirstSnapshotThenAllThreeConditions) {
 }
 
 TEST(KubeStatusPlanner, AReassertKeepsLastTransitionTime) {
-  StatusPlanner p(options());
+  StatusPlanner p = read_node();
   p.observe(with({}), T0);
   auto first = p.plan(T0, W0);
   p.written(first[0], true, T0);
   auto again = p.plan(T0 + 300s, W0 + 300s);
   ASSERT_EQ(again.size(), 1u) << "resync due";
   for (std::size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(conditions_of(again[0])[i]["lastTransitionTime"], rfc3339(W0));
+    EXPECT_EQ(conditions_of(first[0])[i]["lastTransitionTime"], rfc3339(W0 - 3600s)) << "False as read: kept";
+    EXPECT_EQ(conditions_of(again[0])[i]["lastTransitionTime"], rfc3339(W0 - 3600s));
     EXPECT_EQ(conditions_of(again[0])[i]["lastHeartbeatTime"], rfc3339(W0 + 300s));
   }
 }
 
 TEST(KubeStatusPlanner, AChangeIsWrittenAndOnlyItsTransitionMoves) {
-  StatusPlanner p(options());
+  StatusPlanner p = read_node(options(), prior_all("False", W0));
   p.observe(with({}), T0);
   p.written(p.plan(T0, W0)[0], true, T0);
   p.observe(with({missing(1)}), T0 + 5s);
@@ -206,7 +236,7 @@ TEST(KubeStatusPlanner, AChangeIsWrittenAndOnlyItsTransitionMoves) {
 }
 
 TEST(KubeStatusPlanner, FailedWritesBackOffAndWritesAreSpaced) {
-  StatusPlanner p(options());
+  StatusPlanner p = read_node();
   p.observe(with({}), T0);
   Clock::time_point t = T0;
   for (auto backoff : {1s, 2s, 4s, 8s}) {
@@ -226,8 +256,8 @@ TEST(KubeStatusPlanner, FailedWritesBackOffAndWritesAreSpaced) {
 }
 
 TEST(KubeStatusPlanner, WritesInFlightWhenTheWorkerWentArePlannedAgain) {
-  StatusPlanner p(options());
-  p.set_gated_pods({{{"ml", "a", uid(1)}, std::nullopt}});
+  StatusPlanner p = read_node();
+  p.set_gated_pods({gated(1)}, T0 - 1s);
   p.observe(with({}), T0);
   ASSERT_EQ(p.plan(T0, W0).size(), 2u);
   EXPECT_TRUE(p.plan(T0 + 5s, W0).empty()) << "both in flight";
@@ -244,8 +274,8 @@ TEST(KubeStatusPlanner, NoNodeNameNoNodeWrites) {
 }
 
 TEST(KubeStatusPlanner, OnlyGatedPodsAreWrittenTrueThenFalseThenTrue) {
-  StatusPlanner p(options());
-  p.set_gated_pods({{{"ml", "trainer-1", uid(1)}, std::nullopt}});
+  StatusPlanner p = read_node();
+  p.set_gated_pods({gated(1)}, T0 - 1s);
   p.observe(with({}), T0);
   auto w = p.plan(T0, W0);
   ASSERT_EQ(w.size(), 2u);
@@ -275,20 +305,20 @@ TEST(KubeStatusPlanner, OnlyGatedPodsAreWrittenTrueThenFalseThenTrue) {
 }
 
 TEST(KubeStatusPlanner, WhatTheWatchShowsDecidesWhetherToWrite) {
-  StatusPlanner p(options());
+  StatusPlanner p = read_node();
+  p.set_gated_pods({gated(1, true)}, T0 - 1s);
   p.observe(with({}), T0);
   p.written(p.plan(T0, W0)[0], true, T0);
-  p.set_gated_pods({{{"ml", "a", uid(1)}, true}});
   EXPECT_TRUE(p.plan(T0 + 1s, W0).empty()) << "the API server already says True";
-  p.set_gated_pods({{{"ml", "a", uid(1)}, false}});  // someone else wrote False
+  p.set_gated_pods({gated(1, false)}, T0 + 2s);  // someone else wrote False
   auto w = p.plan(T0 + 2s, W0);
   ASSERT_EQ(w.size(), 1u);
   p.written(w[0], true, T0 + 2s);
   // A watch event from before our write still shows False: unchanged view, belief kept.
-  p.set_gated_pods({{{"ml", "a", uid(1)}, false}});
+  p.set_gated_pods({gated(1, false)}, T0 + 3s);
   EXPECT_TRUE(p.plan(T0 + 4s, W0).empty());
   // The pod is gone from the watch: its pending write's outcome is ignored, nothing more.
-  p.set_gated_pods({});
+  p.set_gated_pods({}, T0 + 4s);
   EXPECT_EQ(p.gated_pods(), 0u);
   p.observe(with({missing(1)}), T0 + 5s);
   EXPECT_TRUE(pod_writes(p.plan(T0 + 30s, W0)).empty());
@@ -297,10 +327,11 @@ TEST(KubeStatusPlanner, WhatTheWatchShowsDecidesWhetherToWrite) {
 TEST(KubeStatusPlanner, PodWritesInFlightAreBounded) {
   StatusOptions o = options();
   o.max_pods_in_flight = 3;
-  StatusPlanner p(o);
+  StatusPlanner p = read_node(o);
   std::vector<GatedPod> pods;
-  for (int i = 0; i < 10; ++i) pods.push_back({{"ml", "p" + std::to_string(i), uid(i) + std::to_string(i)}, std::nullopt});
-  p.set_gated_pods(pods);
+  for (int i = 0; i < 10; ++i)
+    pods.push_back({{"ml", "p" + std::to_string(i), uid(i) + std::to_string(i)}, std::nullopt, true});
+  p.set_gated_pods(pods, T0 - 1s);
   p.observe(with({}), T0);
   auto w = p.plan(T0, W0);
   EXPECT_EQ(w.size(), 1u + 3u);

@@ -47,6 +47,27 @@ TEST(KubePodGates, AWatchEventGivesTheGateAndTheConditionAsTheServerHasIt) {
   EXPECT_FALSE(gate_applies(e->pod, "gpu-node-2")) << "another node's pod";
 }
 
+TEST(KubePodGates, StartedOnlyWhenRunningWithEveryContainerStarted) {
+  json p = pod("two-0", true);
+  p["spec"]["containers"].push_back({{"name", "sidecar"}});
+  p["status"]["containerStatuses"] = json::array({{{"name", "trainer"}, {"started", true}},
+                                                  {{"name", "sidecar"}, {"started", false}}});
+  // A "started" planted elsewhere (an annotation, a container's env) counts for nothing.
+  p["metadata"]["annotations"] = {{"started", "true"}};
+  p["spec"]["containers"][0]["env"] = json::array({{{"name", "started"}, {"value", "true"}}});
+  auto e = parse_watch_event(event("MODIFIED", p));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->pod.containers, 2u);
+  EXPECT_EQ(e->pod.started, 1u);
+  EXPECT_FALSE(all_started(e->pod)) << "the sidecar has not started";
+  p["status"]["containerStatuses"][1]["started"] = true;
+  e = parse_watch_event(event("MODIFIED", p));
+  EXPECT_TRUE(all_started(e->pod));
+  p["status"]["phase"] = "Pending";
+  e = parse_watch_event(event("MODIFIED", p));
+  EXPECT_FALSE(all_started(e->pod)) << "a Pending pod never";
+}
+
 TEST(KubePodGates, APodWithoutTheGateDeclaresNothing) {
   auto e = parse_watch_event(event("ADDED", pod("web-0", false)));
   ASSERT_TRUE(e.ok());
