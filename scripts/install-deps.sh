@@ -30,6 +30,8 @@ packages=(
   # tests: real runtimes, real systemd, promtool, helpers
   runc crun containerd busybox-static prometheus python3-yaml
   debootstrap systemd-container dbus
+  # the kernel matrix (scripts/kernel-matrix.sh): Debian's kernels under QEMU (TCG)
+  qemu-system-x86 cpio
   # the container image (scripts/build-image.sh) and the Debian package (cpack, dpkg-shlibdeps)
   umoci dpkg-dev
   util-linux iproute2 procps curl
