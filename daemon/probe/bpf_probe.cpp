@@ -391,6 +391,9 @@ Result<std::unique_ptr<Probe>> Probe::load(const ProbeOptions& options) {
   capture_libbpf_log();
   libbpf_set_strict_mode(LIBBPF_STRICT_ALL);
   if (::access(kKernelBtf, R_OK) != 0) {
+    // Debian's 6.1 and 6.12 kernels let only root read it (the kernel matrix's guests).
+    if (errno == EACCES || errno == EPERM)
+      return Error{std::string("reading kernel BTF at ") + kKernelBtf + ": permission denied; " + kPrivilegeHint};
     return Error{std::string("kernel BTF is not available at ") + kKernelBtf + " (" + errno_text(errno) +
                  "): the probe needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"};
   }

@@ -1,4 +1,4 @@
-// The cgroup v2 backend on the real kernel: test cgroups under /sys/fs/cgroup/unified with
+// The cgroup v2 backend on the real kernel: test cgroups under the cgroup2 hierarchy with
 // device programs of "other managers" attached (assembled by test/support, independent of
 // the daemon's code generator); Debian's runc in device_programs_v2_runc_test.cpp. A device node made with mknod opens with ENXIO when the cgroup
 // allows it (no driver behind it) and EPERM when a device program denies it.
@@ -28,8 +28,6 @@
 
 namespace gdw::test {
 namespace {
-
-constexpr const char* kUnifiedRoot = "/sys/fs/cgroup/unified";
 
 OciDeviceCgroupRule allow(DeviceType type, std::uint32_t major, std::uint32_t minor, std::uint8_t access) {
   return {true, DeviceRule{type, major, minor, access}};
@@ -63,7 +61,7 @@ class DeviceProgramsV2 : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!CgroupSandbox::available("unified"))
-      GTEST_SKIP() << "needs root and a writable cgroup2 hierarchy at " << kUnifiedRoot;
+      GTEST_SKIP() << "needs root and a writable cgroup2 hierarchy at " << cgroup2_root();
     if (auto reason = bpf_unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
     sandbox_ = std::make_unique<CgroupSandbox>("unified", "v2");
     dir_ = sandbox_->make("ctr");

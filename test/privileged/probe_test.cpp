@@ -95,7 +95,8 @@ TEST_F(ProbeTest, CgroupMkdirAndRmdir) {
 }
 
 TEST_F(ProbeTest, StatsCountDeliveredEventsAndNoDrops) {
-  CgroupSandbox sandbox("devices", "probe-stats");
+  // v1's devices hierarchy, or cgroup2 where there is no v1 (a pure v2 host).
+  CgroupSandbox sandbox(CgroupSandbox::available("devices") ? "devices" : "unified", "probe-stats");
   std::string dir = sandbox.make("a");
   std::uint64_t id = inode_of(dir);
   ASSERT_TRUE(log_->wait_for<CgroupLifecycleEvent>([&](const CgroupLifecycleEvent& e) { return e.cgroup_id == id; }));

@@ -94,10 +94,14 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
   EXPECT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
   EXPECT_EQ(node_->open_errno(*c_, "mem"), EPERM);
   EXPECT_EQ(node_->open_errno(*c_, "nvidia1"), EPERM);
-  EXPECT_GE(daemon.metric("gpu_devwatch_regrants_total", {{"method", "bpf"}, {"result", "success"}}), 1);
+  // The counts follow the grant the tenant sees (on one slow CPU, as in the kernel
+  // matrix's guests, a scrape can come between the two).
+  EXPECT_TRUE(eventually([&] {
+    return daemon.metric("gpu_devwatch_regrants_total", {{"method", "bpf"}, {"result", "success"}}) >= 1 &&
+           daemon.metric("gpu_devwatch_probe_record_delay_seconds_count") >= 1;
+  })) << daemon.metrics();
   EXPECT_GE(daemon.metric("gpu_devwatch_drift_total", {{"device", "nvidia0"}}), 1);
   // The attach's record was read, and how long after the kernel took it is counted.
-  EXPECT_GE(daemon.metric("gpu_devwatch_probe_record_delay_seconds_count"), 1);
   EXPECT_GT(daemon.metric("gpu_devwatch_probe_record_delay_seconds_sum"), 0);
   EXPECT_LT(daemon.metric("gpu_devwatch_probe_record_delay_seconds_sum"),
             daemon.metric("gpu_devwatch_probe_record_delay_seconds_count") * 5.0)

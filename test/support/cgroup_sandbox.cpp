@@ -50,14 +50,22 @@ void remove_cgroup_tree(const std::string& dir) {
   }
 }
 
+std::string hierarchy_dir(const std::string& hierarchy, const std::string& cgroup_root) {
+  const std::string dir = cgroup_root + "/" + hierarchy;
+  if (hierarchy == "unified" && ::access((dir + "/cgroup.controllers").c_str(), F_OK) != 0 &&
+      ::access((cgroup_root + "/cgroup.controllers").c_str(), F_OK) == 0)
+    return cgroup_root;  // pure cgroup v2
+  return dir;
+}
+
 bool CgroupSandbox::available(const std::string& hierarchy, const std::string& cgroup_root) {
   if (::geteuid() != 0) return false;
-  std::string dir = cgroup_root + "/" + hierarchy;
+  std::string dir = hierarchy_dir(hierarchy, cgroup_root);
   return ::access((dir + "/cgroup.procs").c_str(), W_OK) == 0;
 }
 
 CgroupSandbox::CgroupSandbox(const std::string& hierarchy, const std::string& tag, const std::string& cgroup_root)
-    : hierarchy_root_(cgroup_root + "/" + hierarchy) {
+    : hierarchy_root_(hierarchy_dir(hierarchy, cgroup_root)) {
   static std::atomic<int> counter{0};
   name_ = "gdw-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
   if (!tag.empty()) name_ += "-" + tag;

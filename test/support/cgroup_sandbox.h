@@ -14,6 +14,9 @@ namespace gdw::test {
 class CgroupSandbox {
  public:
   // hierarchy: "devices" (v1) or "unified" (v2); cgroup_root is normally /sys/fs/cgroup.
+  // "unified" is the cgroup2 hierarchy wherever it is mounted: cgroup_root/unified on a
+  // hybrid host (these VMs), cgroup_root itself on a pure v2 one (a GPU node, the kernel
+  // matrix's guests).
   explicit CgroupSandbox(const std::string& hierarchy = "devices", const std::string& tag = "",
                          const std::string& cgroup_root = "/sys/fs/cgroup");
   ~CgroupSandbox();
@@ -46,6 +49,12 @@ class CgroupSandbox {
   std::string name_;
   std::vector<pid_t> sleepers_;
 };
+
+// The directory of the hierarchy `hierarchy` below `cgroup_root`, "unified" resolved as
+// above: /sys/fs/cgroup/unified or, on a pure v2 host, /sys/fs/cgroup.
+std::string hierarchy_dir(const std::string& hierarchy, const std::string& cgroup_root = "/sys/fs/cgroup");
+// The cgroup2 hierarchy: hierarchy_dir("unified").
+inline std::string cgroup2_root() { return hierarchy_dir("unified"); }
 
 // Writes `content` to an existing (kernel) file in one write(); returns errno (0 = ok).
 int write_kernel_file(const std::string& path, const std::string& content);

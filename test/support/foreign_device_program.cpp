@@ -103,7 +103,7 @@ int ForeignProgram::attach(const std::string& cgroup_dir) const {
 }
 
 std::string v2_device_programs_unavailable() {
-  if (!CgroupSandbox::available("unified")) return "needs root and a writable cgroup2 at /sys/fs/cgroup/unified";
+  if (!CgroupSandbox::available("unified")) return "needs root and a writable cgroup2 hierarchy at " + cgroup2_root();
   const OciDeviceCgroupRule deny_all{false, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}};
   ForeignProgram probe("", {deny_all});
   if (probe.fd < 0) return std::string("BPF_PROG_LOAD refused: ") + std::strerror(probe.load_errno);

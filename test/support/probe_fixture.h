@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "probe/probe.h"
+#include "support/cgroup_sandbox.h"
 #include "support/probe_event_log.h"
 #include "support/process.h"
 
@@ -48,7 +49,7 @@ inline std::string own_v2_cgroup_dir() {
   std::string cgroups = read_file("/proc/self/cgroup");
   auto at = cgroups.find("0::");
   std::string rel = cgroups.substr(at + 3, cgroups.find('\n', at) - at - 3);
-  return "/sys/fs/cgroup/unified" + rel;
+  return cgroup2_root() + rel;
 }
 
 inline void make_char_node(const std::string& path, unsigned major_number, unsigned minor_number) {

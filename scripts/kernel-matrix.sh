@@ -1,0 +1,336 @@
+#!/usr/bin/env bash
+# The kernel matrix: Debian's own kernels booted under QEMU, each twice (with `bpf` in
+# `lsm=` and without it), running the privileged tests that need only a kernel (cgroup v2
+# device programs, the eBPF probe, the daemon on a v2 sandbox node) on pure cgroup v2.
+#
+#   scripts/kernel-matrix.sh fetch [KERNEL…]     download the kernels (6.1, 6.12) into .cache/kernels
+#   scripts/kernel-matrix.sh initramfs           build the guest's initramfs from the build
+#   scripts/kernel-matrix.sh cell KERNEL LSM     boot one cell (LSM: bpf_lsm or no_bpf_lsm), report
+#   scripts/kernel-matrix.sh [all]               every cell, one after the other
+#
+# ctest runs one test per cell (privileged.kernel_matrix.6_1.bpf_lsm …, test/CMakeLists.txt).
+# A cell prints each guest test's result and exits non-zero when a guest test failed or was
+# skipped, the guest did not boot or did not finish. A host without qemu-system-x86_64 skips
+# (a "[  SKIPPED ]" line, which ctest reports as skipped; under CI scripts/test.sh fails it).
+#
+# The kernels come from Debian's archive through a private apt source list and private apt
+# state under .cache/kernels/apt (the host's apt configuration and dpkg database are not
+# touched); only ./boot of each package is extracted, nothing is installed. They are fetched
+# once and kept; GDW_KERNEL_REFRESH=1 fetches the newest again.
+#
+# The guest is an initramfs: busybox-static, /init (written below), the daemon, the test
+# binaries of GUEST_TESTS and fake NVML with every library they link and their loader, at
+# the same paths as on this host (the tests find the daemon and fixtures by the absolute
+# paths compiled into them), and test/fixtures. No kernel module is loaded: everything used
+# (serial console, cgroup2, BPF, BTF, devtmpfs, tracefs) is built into Debian's kernels.
+# Results come back on the guest's second serial port (ttyS1, a file on this host).
+#
+# Environment: GDW_BUILD_DIR (default build), GDW_KERNEL_CACHE (default .cache/kernels),
+# GDW_DEBIAN_MIRROR / GDW_DEBIAN_SECURITY_MIRROR (deb.debian.org), GDW_GUEST_TIMEOUT
+# (seconds a cell's guest may run, default 420), GDW_QEMU (default qemu-system-x86_64),
+# GDW_GUEST_FILTER (a gtest filter that replaces every row's own, for a quick look).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=$(realpath -m "${GDW_BUILD_DIR:-build}")
+cache=$(realpath -m "${GDW_KERNEL_CACHE:-.cache/kernels}")
+mirror=${GDW_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+security_mirror=${GDW_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+guest_timeout=${GDW_GUEST_TIMEOUT:-420}
+qemu=${GDW_QEMU:-qemu-system-x86_64}
+
+# The kernels: name → the apt package pattern (the newest match is taken).
+declare -A KERNEL_PACKAGE=(
+  [6.1]='^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$'          # bookworm (or its security updates)
+  [6.12]='^linux-image-6\.12\.[0-9]+\+deb12-amd64-unsigned$'  # bookworm-security
+)
+KERNELS=(6.1 6.12)
+# The lsm= of the bpf_lsm cells; the no_bpf_lsm cells pass the same without bpf (Debian's
+# built-in default, CONFIG_LSM, has bpf: leaving lsm= out would not turn it off).
+LSM_WITH_BPF=lockdown,yama,integrity,apparmor,bpf
+
+say() { echo "kernel-matrix: $*" >&2; }
+die() { say "$*"; exit 1; }
+skip() { echo "[  SKIPPED ] kernel-matrix: $*"; exit 0; }
+
+# ---- fetching the kernels ----------------------------------------------------------------
+
+apt_private() {
+  local dir=$cache/apt
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
+  local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  printf 'deb [signed-by=%s] %s bookworm main\ndeb [signed-by=%s] %s bookworm-security main\n' \
+    "$keyring" "$mirror" "$keyring" "$security_mirror" >"$dir/sources.list"
+  apt-get -q -o Dir::Etc::sourcelist="$dir/sources.list" -o Dir::Etc::sourceparts=- \
+    -o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir/cache" -o APT::Sandbox::User=root \
+    -o Debug::NoLocking=1 "$@"
+}
+
+# Prints the cached kernel's directory; fetches it first when it is not there.
+fetch_kernel() {
+  local k=$1 dir=$cache/$1
+  [[ -n ${KERNEL_PACKAGE[$k]:-} ]] || die "unknown kernel '$k' (known: ${KERNELS[*]})"
+  if [[ -f $dir/vmlinuz && ${GDW_KERNEL_REFRESH:-} != 1 ]]; then echo "$dir"; return; fi
+  command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || die "needs apt-get and dpkg-deb to fetch kernels"
+  local lists_age=$(( $(date +%s) - $(stat -c %Y "$cache/apt/updated" 2>/dev/null || echo 0) ))
+  if (( lists_age > 3600 )); then
+    say "apt-get update (private lists in $cache/apt)"
+    apt_private update >&2 || die "apt-get update failed (no network?)"
+    touch "$cache/apt/updated"
+  fi
+  local package
+  package=$(apt_private_cache search --names-only "${KERNEL_PACKAGE[$k]}" | cut -d' ' -f1 | sort -V | tail -n1)
+  [[ -n $package ]] || die "no package matches ${KERNEL_PACKAGE[$k]}"
+  local tmp
+  tmp=$(mktemp -d "$cache/fetch.XXXXXX")
+  say "downloading $package"
+  (cd "$tmp" && apt_private download "$package" >&2) || { rm -rf "$tmp"; die "apt-get download $package failed"; }
+  local deb
+  deb=$(echo "$tmp"/*.deb)
+  dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tmp" ./boot
+  rm -rf "$dir" && mkdir -p "$dir"
+  mv "$tmp"/boot/vmlinuz-* "$dir/vmlinuz"
+  cp "$tmp"/boot/config-* "$dir/config"
+  basename "$deb" .deb >"$dir/package"
+  rm -rf "$tmp"
+  say "kernel $k: $(cat "$dir/package")"
+  echo "$dir"
+}
+
+apt_private_cache() {
+  local dir=$cache/apt
+  apt-cache -o Dir::Etc::sourcelist="$dir/sources.list" -o Dir::Etc::sourceparts=- \
+    -o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir/cache" "$@"
+}
+
+with_lock() {
+  mkdir -p "$cache"
+  exec 9>"$cache/.lock"
+  flock 9
+}
+
+# ---- the guest ---------------------------------------------------------------------------
+
+# The tests the guests run: build target, the oldest kernel each row applies to ("-": any),
+# and the gtest filter. Only tests that need no more than a kernel: no runtime, systemd or
+# network beyond loopback; v1 rule files do not exist in the guests (pure v2). Rows of
+# 6.14 need the cap_capable tracepoint (the probe's capability hook), which 6.1 and 6.12
+# lack: they run on this host's kernel, and a cell lists them as not run.
+GUEST_TESTS=(
+  "privileged_kernel_facts_test           -    *"
+  "privileged_device_programs_v2_test     -    *"
+  "privileged_probe_test                  -    *"
+  "privileged_probe_device_programs_test  -    *:-ProbeWithoutAttachHookTest.*"
+  "privileged_probe_device_programs_test  6.14 ProbeWithoutAttachHookTest.*"
+  "privileged_probe_focus_test            6.14 *"
+  "privileged_v2_repair_test              -    *V2Repair*:-*WithTheAttachHookOff*"
+  "privileged_v2_repair_test              6.14 *WithTheAttachHookOff*"
+)
+
+# The guest's /init (busybox sh). Writes each test binary's gtest XML to the second serial
+# port between marker lines; the console (first port) shows everything as it runs.
+write_init() {
+  cat <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin:/usr/bin:/sbin:/usr/sbin HOME=/root
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /run
+# Pure cgroup v2 at /sys/fs/cgroup, as on a GPU node.
+mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+mount -t bpf bpf /sys/fs/bpf
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+mount -t securityfs securityfs /sys/kernel/security
+ip link set lo up
+stty -F /dev/ttyS1 raw -echo
+out=/dev/ttyS1
+echo "GDW-GUEST-BOOTED $(uname -r) $(cat /proc/uptime)" >$out
+filter_override=$(sed -n 's/.*gdw.filter=\([^ ]*\).*/\1/p' /proc/cmdline)
+release=$(uname -r)
+kernel_major=${release%%.*}
+kernel_minor=${release#*.}; kernel_minor=${kernel_minor%%.*}
+mkdir -p /tmp/results
+row=0
+while read -r bin oldest filter; do
+  row=$((row + 1))
+  name=$(basename "$bin").$row
+  if [ "$oldest" != "-" ]; then
+    major=${oldest%%.*} minor=${oldest#*.}
+    if [ "$kernel_major" -lt "$major" ] || { [ "$kernel_major" -eq "$major" ] && [ "$kernel_minor" -lt "$minor" ]; }; then
+      echo "GDW-NOT-RUN $name needs $oldest+: $filter" >$out
+      continue
+    fi
+  fi
+  [ -n "$filter_override" ] && filter=$filter_override
+  echo "=== $name --gtest_filter=$filter"
+  start=$(cut -d' ' -f1 /proc/uptime)
+  "$bin" --gtest_filter="$filter" --gtest_output="xml:/tmp/results/$name.xml" </dev/null
+  rc=$?
+  echo "GDW-TEST $name rc=$rc from=$start to=$(cut -d' ' -f1 /proc/uptime)" >$out
+  if [ -f "/tmp/results/$name.xml" ]; then
+    echo "GDW-XML-BEGIN $name" >$out; cat "/tmp/results/$name.xml" >$out; echo "GDW-XML-END $name" >$out
+  fi
+done </gdw/tests
+echo "GDW-GUEST-DONE $(cat /proc/uptime)" >$out
+sync
+poweroff -f
+INIT
+}
+
+# Copies a file to the same path below $2, with every library it links and its loader.
+copy_with_libraries() {
+  local file=$1 stage=$2
+  cp -L --parents "$file" "$stage/"
+  ldd "$file" | awk '/=>/ {print $3} /ld-linux/ {print $1}' | grep '^/' | while read -r lib; do
+    [[ -e $stage$lib ]] || cp -L --parents "$lib" "$stage/"
+  done
+}
+
+# Prints the initramfs's path; builds it when an input is newer.
+build_initramfs() {
+  local dir=$build/kernel-matrix out=$build/kernel-matrix/guest.cpio.gz
+  local inputs=("$0" "$build/daemon/gpu-devwatch" "$build/test/libfake-nvml.so")
+  local entry target
+  for entry in "${GUEST_TESTS[@]}"; do inputs+=("$build/test/${entry%% *}"); done
+  for target in "${inputs[@]}"; do
+    [[ -f $target ]] || die "$target is missing: build first (scripts/build.sh)"
+  done
+  if [[ -f $out ]] && [[ -z $(find "${inputs[@]}" "$root/test/fixtures" -newer "$out" -print -quit) ]]; then
+    echo "$out"; return
+  fi
+  local busybox
+  busybox=$(command -v busybox) || die "needs busybox-static"
+  file -L "$busybox" 2>/dev/null | grep -q 'statically linked' || ldd "$busybox" 2>&1 | grep -q 'not a dynamic' ||
+    die "$busybox is not statically linked (Debian package busybox-static)"
+  mkdir -p "$dir"
+  local stage
+  stage=$(mktemp -d "$dir/stage.XXXXXX")
+  mkdir -p "$stage"/{bin,dev,proc,sys,tmp,run,root,etc,gdw}
+  cp "$busybox" "$stage/bin/busybox"
+  write_init >"$stage/init" && chmod 755 "$stage/init"
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$stage/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$stage/etc/group"
+  printf '127.0.0.1 localhost\n::1 localhost\n' >"$stage/etc/hosts"
+  for target in "$build/daemon/gpu-devwatch" "$build/test/libfake-nvml.so"; do copy_with_libraries "$target" "$stage"; done
+  for entry in "${GUEST_TESTS[@]}"; do
+    copy_with_libraries "$build/test/${entry%% *}" "$stage"
+    echo "$build/test/$entry" >>"$stage/gdw/tests"
+  done
+  # Debug info is most of a test binary: the guest needs none of it.
+  find "$stage$build" -type f -perm -u+x -exec strip --strip-debug {} +
+  mkdir -p "$stage$root/test" && cp -a "$root/test/fixtures" "$stage$root/test/"
+  (cd "$stage" && find . | cpio -o -H newc --quiet | gzip -1) >"$out.tmp"
+  mv "$out.tmp" "$out"
+  rm -rf "$stage"
+  say "initramfs: $out ($(du -h "$out" | cut -f1))"
+  echo "$out"
+}
+
+# ---- a cell: one kernel booted with or without the bpf LSM --------------------------------
+
+run_cell() {
+  local kernel=$1 lsm=$2
+  [[ $lsm == bpf_lsm || $lsm == no_bpf_lsm ]] || die "LSM must be bpf_lsm or no_bpf_lsm"
+  command -v "$qemu" >/dev/null ||
+    skip "no $qemu on this host (Debian package qemu-system-x86; scripts/install-deps.sh installs it)"
+  command -v python3 >/dev/null || die "needs python3 to read the guest's results"
+  local kdir initramfs
+  with_lock
+  kdir=$(fetch_kernel "$kernel") || return 1
+  initramfs=$(build_initramfs) || return 1
+  flock -u 9
+  local cell=$build/kernel-matrix/${kernel}-${lsm}
+  rm -rf "$cell" && mkdir -p "$cell"
+  # Debian's lsm list with bpf, or the same without it (the built-in default has bpf).
+  local lsm_list=$LSM_WITH_BPF
+  [[ $lsm == no_bpf_lsm ]] && lsm_list=${LSM_WITH_BPF%,bpf}
+  local append="console=ttyS0 panic=-1 quiet lsm=$lsm_list"
+  [[ -n ${GDW_GUEST_FILTER:-} ]] && append+=" gdw.filter=$GDW_GUEST_FILTER"
+  say "cell $kernel $lsm: $(cat "$kdir/package"), lsm=$lsm_list"
+  local start=$SECONDS rc=0
+  # No KVM: these hosts' KVM does not boot stock kernels; TCG does.
+  timeout --kill-after=10 "$guest_timeout" "$qemu" -accel tcg -cpu max -m 1536 -smp 1 \
+    -nodefaults -display none -no-reboot \
+    -kernel "$kdir/vmlinuz" -initrd "$initramfs" -append "$append" \
+    -serial "file:$cell/console.log" -serial "file:$cell/results.txt" </dev/null >"$cell/qemu.log" 2>&1 || rc=$?
+  local took=$((SECONDS - start))
+  [[ $rc == 124 || $rc == 137 ]] && say "the guest ran past GDW_GUEST_TIMEOUT=${guest_timeout}s and was stopped"
+  python3 - "$cell" "$kernel" "$lsm" "$took" "$(cat "$kdir/package")" <<'PY'
+import re, sys, xml.etree.ElementTree as ET
+cell, kernel, lsm, took, package = sys.argv[1:]
+text = open(f"{cell}/results.txt", encoding="utf-8", errors="replace").read()
+def console_tail(n=40):
+    try:
+        lines = open(f"{cell}/console.log", encoding="utf-8", errors="replace").read().splitlines()
+    except OSError:
+        lines = []
+    return "\n".join("    " + l for l in lines[-n:])
+print(f"kernel {kernel} ({package}), {lsm}: guest ran {took} s")
+if "GDW-GUEST-BOOTED" not in text:
+    print(f"FAILED: the guest did not boot (console: {cell}/console.log):\n{console_tail()}")
+    sys.exit(1)
+failed = 0
+ran = 0
+for name, xml in re.findall(r"GDW-XML-BEGIN (\S+)\n(.*?)GDW-XML-END \1", text, re.S):
+    try:
+        suites = ET.fromstring(xml)
+    except ET.ParseError as e:
+        print(f"FAILED {name}: unreadable XML: {e}"); failed += 1; continue
+    for case in suites.iter("testcase"):
+        full = f"{case.get('classname')}.{case.get('name')}"
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        known = {"name", "status", "result", "time", "timestamp", "classname", "file", "line", "value_param", "type_param"}
+        props.update({k: v for k, v in case.attrib.items() if k not in known})
+        failures = [f.get("message", "") for f in case.iter("failure")]
+        skipped = case.get("result") == "skipped" or case.find("skipped") is not None
+        if case.get("status") == "notrun": continue
+        ran += 1
+        if failures:
+            verdict = "FAIL"; failed += 1
+        elif skipped:
+            verdict = "SKIP"; failed += 1  # every test chosen for the guests must run there
+        else:
+            verdict = "pass"
+        print(f"  {verdict} {name.rsplit('.', 1)[0]}: {full} ({float(case.get('time', 0)):.2f} s)")
+        for key, value in props.items():
+            print(f"       {key} = {value.strip()}")
+        for message in failures:
+            for line in message.strip().splitlines()[:12]:
+                print(f"       | {line}")
+        s = case.find("skipped")
+        if skipped and s is not None and s.get("message"):
+            print(f"       | skipped: {s.get('message').strip()[:300]}")
+for name, why in re.findall(r"GDW-NOT-RUN (\S+) (.*)", text):
+    print(f"  not run {name.rsplit('.', 1)[0]}: {why}")
+for name, rc in re.findall(r"GDW-TEST (\S+) rc=(\d+)", text):
+    if rc != "0" and not re.search(rf"GDW-XML-BEGIN {re.escape(name)}\n", text):
+        print(f"  FAIL {name}: exited {rc} without results"); failed += 1
+if "GDW-GUEST-DONE" not in text:
+    print(f"FAILED: the guest stopped before its last test (console: {cell}/console.log):\n{console_tail()}")
+    sys.exit(1)
+if ran == 0:
+    print("FAILED: no test ran in the guest"); sys.exit(1)
+print(f"{ran} guest tests, {failed} failed or skipped")
+sys.exit(1 if failed else 0)
+PY
+}
+
+case "${1:-all}" in
+  fetch)
+    shift
+    with_lock
+    for k in "${@:-${KERNELS[@]}}"; do fetch_kernel "$k" >/dev/null; done
+    ;;
+  initramfs) with_lock; build_initramfs >/dev/null ;;
+  cell) [[ $# == 3 ]] || die "usage: kernel-matrix.sh cell KERNEL bpf_lsm|no_bpf_lsm"; run_cell "$2" "$3" ;;
+  all)
+    status=0
+    for k in "${KERNELS[@]}"; do for l in bpf_lsm no_bpf_lsm; do run_cell "$k" "$l" || status=1; done; done
+    exit $status
+    ;;
+  *) die "usage: kernel-matrix.sh [fetch [KERNEL…] | initramfs | cell KERNEL bpf_lsm|no_bpf_lsm | all]" ;;
+esac
