@@ -48,6 +48,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/deploy/grafana/gpu-devwatch-dashboard.json D
 # kubelet.remediate_stale_checkpoint: true.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/systemd/gpu-devwatch.service.d DESTINATION ${GDW_SHARE_DIR}/systemd)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/kubernetes/daemonset.yaml ${PROJECT_SOURCE_DIR}/deploy/kubernetes/networkpolicy.yaml
+              ${PROJECT_SOURCE_DIR}/deploy/kubernetes/admission-policy.yaml
         DESTINATION ${GDW_SHARE_DIR}/kubernetes)
 
 set(CPACK_GENERATOR DEB)

@@ -18,6 +18,8 @@ import yaml
 
 # The kinds deploy/ uses (group, version, kind).
 KINDS = {("", "v1", k) for k in ("Namespace", "ResourceQuota", "ServiceAccount", "ConfigMap", "Service", "Secret")}
+# Node and Pod: the status fields the admission policy holds unchanged (check_admission_policy.py).
+KINDS |= {("", "v1", "Node"), ("", "v1", "Pod")}
 KINDS |= {("apps", "v1", "DaemonSet"),
           ("rbac.authorization.k8s.io", "v1", "ClusterRole"), ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
           ("networking.k8s.io", "v1", "NetworkPolicy"),
