@@ -241,7 +241,30 @@ def main():
     for kind in ("requests", "limits"):
         for resource in ("cpu", "memory"):
             c.expect(resource in resources.get(kind, {}), f"no {resource} {kind[:-1]}")
+    check_readiness_rule(c, root, pod)
     return report(c, f"{len(docs)} objects; {len(needs)} host paths mounted as the configuration needs")
+
+
+def check_readiness_rule(c, root, pod):
+    """deploy/consumers/node-readiness-rule.yaml: it selects the DaemonSet's nodes, names the
+    daemon's own condition types, and the DaemonSet tolerates its taint (else the daemon
+    could never run on a node the rule keeps tainted until the daemon has checked it)."""
+    path = root / "deploy/consumers/node-readiness-rule.yaml"
+    if not path.exists():
+        return
+    types = set(re.findall(r'case NodeConditionType::\w+: return "(\w+)";',
+                           (root / "daemon/kube/conditions.cpp").read_text()))
+    for rule in (d for d in yaml.safe_load_all(path.read_text()) if d):
+        spec = rule["spec"]
+        c.expect(spec["nodeSelector"].get("matchLabels") == pod.get("nodeSelector"),
+                 "node-readiness-rule.yaml selects other nodes than the DaemonSet's nodeSelector")
+        c.expect({x["type"] for x in spec["conditions"]} == types and
+                 all(x["requiredStatus"] == "False" for x in spec["conditions"]),
+                 f"node-readiness-rule.yaml must require each of {sorted(types)} to be \"False\"")
+        taint = spec["taint"]
+        c.expect(any(t.get("key") == taint["key"] and t.get("operator") == "Exists" and
+                     t.get("effect") in (None, taint["effect"]) for t in pod.get("tolerations", [])),
+                 f"the DaemonSet does not tolerate the readiness rule's taint {taint['key']}")
 
 
 def kubelet_dirs(effective):
