@@ -48,7 +48,9 @@ install(FILES ${PROJECT_SOURCE_DIR}/deploy/grafana/gpu-devwatch-dashboard.json D
 # kubelet.remediate_stale_checkpoint: true.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/systemd/gpu-devwatch.service.d DESTINATION ${GDW_SHARE_DIR}/systemd)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/kubernetes/daemonset.yaml ${PROJECT_SOURCE_DIR}/deploy/kubernetes/networkpolicy.yaml
+              ${PROJECT_SOURCE_DIR}/deploy/kubernetes/admission-policy.yaml
         DESTINATION ${GDW_SHARE_DIR}/kubernetes)
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/consumers/node-readiness-rule.yaml DESTINATION ${GDW_SHARE_DIR}/consumers)
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME gpu-devwatch)

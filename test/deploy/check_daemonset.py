@@ -8,7 +8,8 @@ a schema would not: that the objects reference each other correctly, that the em
 configuration only uses keys config/gpu-devwatch.yaml documents, and that every host path
 the daemon reads or writes under that configuration is mounted into the container at the
 path the configuration names, onto the same host path as on a systemd install, writable
-only where the daemon writes, and that its ServiceAccount is granted exactly what the
+only where the daemon writes, that of kubelet's root only the directories the daemon reads
+are mounted (never pods/, every pod's Secret volumes), and that its ServiceAccount is granted exactly what the
 features on in that configuration need (--self-test: and that broader grants are caught).
 
 Exits 77 (a skip for CTest) when PyYAML is not installed.
@@ -206,6 +207,9 @@ def main():
         c.expect(read_only != written,
                  f"{what}: mount {mount['mountPath']} is {'read-only' if read_only else 'writable'}"
                  f" but the daemon {'writes' if written else 'only reads'} there")
+    check_kubelet_mounts(c, volumes, effective)
+    if "--self-test" in sys.argv:
+        c.errors += self_test_kubelet_mounts(volumes, effective)
     for m in mounts:
         if "hostPath" in volumes.get(m["name"], {}) and m["mountPath"] != effective["cgroup.root"]:
             c.expect(m.get("readOnly") or effective["kubelet.remediate_stale_checkpoint"],
@@ -237,7 +241,71 @@ def main():
     for kind in ("requests", "limits"):
         for resource in ("cpu", "memory"):
             c.expect(resource in resources.get(kind, {}), f"no {resource} {kind[:-1]}")
+    check_readiness_rule(c, root, pod)
     return report(c, f"{len(docs)} objects; {len(needs)} host paths mounted as the configuration needs")
+
+
+def check_readiness_rule(c, root, pod):
+    """deploy/consumers/node-readiness-rule.yaml: it selects the DaemonSet's nodes, names the
+    daemon's own condition types, and the DaemonSet tolerates its taint (else the daemon
+    could never run on a node the rule keeps tainted until the daemon has checked it)."""
+    path = root / "deploy/consumers/node-readiness-rule.yaml"
+    if not path.exists():
+        return
+    types = set(re.findall(r'case NodeConditionType::\w+: return "(\w+)";',
+                           (root / "daemon/kube/conditions.cpp").read_text()))
+    for rule in (d for d in yaml.safe_load_all(path.read_text()) if d):
+        spec = rule["spec"]
+        c.expect(spec["nodeSelector"].get("matchLabels") == pod.get("nodeSelector"),
+                 "node-readiness-rule.yaml selects other nodes than the DaemonSet's nodeSelector")
+        c.expect({x["type"] for x in spec["conditions"]} == types and
+                 all(x["requiredStatus"] == "False" for x in spec["conditions"]),
+                 f"node-readiness-rule.yaml must require each of {sorted(types)} to be \"False\"")
+        taint = spec["taint"]
+        c.expect(any(t.get("key") == taint["key"] and t.get("operator") == "Exists" and
+                     t.get("effect") in (None, taint["effect"]) for t in pod.get("tolerations", [])),
+                 f"the DaemonSet does not tolerate the readiness rule's taint {taint['key']}")
+
+
+def kubelet_dirs(effective):
+    """The directories of kubelet's root the daemon reads: the checkpoint's, the PodResources
+    socket's and the device plugins' (the checkpoint is replaced by rename, the socket
+    re-created: a directory is mounted, never the file)."""
+    return {posixpath.normpath(posixpath.dirname(effective["kubelet.checkpoint"])),
+            posixpath.normpath(posixpath.dirname(effective["kubelet.pod_resources_socket"])),
+            posixpath.normpath(effective["kubelet.device_plugins_dir"])}
+
+
+def check_kubelet_mounts(c, volumes, effective):
+    """Of kubelet's root only the directories the daemon reads are mounted: a mount of the
+    root itself (or of /var/lib, /) would show pods/, every pod's Secret and token volumes."""
+    root = posixpath.normpath(effective["kubelet.root_dir"])
+    wanted = kubelet_dirs(effective)
+    for name, volume in sorted(volumes.items()):
+        host = volume.get("hostPath", {}).get("path")
+        if host is None:
+            continue
+        host = posixpath.normpath(host)
+        c.expect(not under(posixpath.join(root, "pods"), host),
+                 f"volume {name}: hostPath {host} shows {root}/pods (every pod's Secret volumes);"
+                 f" mount only {sorted(wanted)}")
+        if under(host, root):
+            c.expect(host in wanted, f"volume {name}: hostPath {host} is under kubelet's root but not a"
+                     f" directory the daemon reads ({sorted(wanted)})")
+
+
+def self_test_kubelet_mounts(volumes, effective):
+    """check_kubelet_mounts must catch kubelet's whole root, /var/lib, and its pods/ directory."""
+    failures = []
+    for path in (effective["kubelet.root_dir"], posixpath.dirname(effective["kubelet.root_dir"]),
+                 posixpath.join(effective["kubelet.root_dir"], "pods")):
+        vs = copy.deepcopy(volumes)
+        vs["kubelet-device-plugins"] = {"name": "kubelet-device-plugins", "hostPath": {"path": path}}
+        c = Checker()
+        check_kubelet_mounts(c, vs, effective)
+        if not c.errors:
+            failures.append(f"self-test: check_kubelet_mounts did not catch a hostPath of {path}")
+    return failures
 
 
 def wanted_roles(effective):
