@@ -126,12 +126,14 @@ def _toml_str(s):
 class Containerd:
     """containerd with the CRI plugin under `base` (a temp dir this test owns)."""
 
-    def __init__(self, base, handlers, snapshotter="overlayfs", unified_ns=False, log_level="info"):
+    def __init__(self, base, handlers, snapshotter="overlayfs", unified_ns=False, log_level="info",
+                 systemd_cgroup=False):
         # handlers: {"runc": "/usr/sbin/runc", "runc-rc93": "...", "crun": "/usr/bin/crun"}
         self.base = base
         self.handlers = dict(handlers)
         self.snapshotter = snapshotter
         self.unified_ns = unified_ns
+        self.systemd_cgroup = systemd_cgroup  # the runtimes' systemd cgroup driver (cgroupfs when False)
         self.log_level = log_level
         self.root = os.path.join(base, "root")
         self.state = os.path.join(base, "state")
@@ -194,22 +196,29 @@ class Containerd:
                 '  runtime_type = "io.containerd.runc.v2"',
                 "[" + section + ".options]",
                 "  BinaryName = " + _toml_str(binary),
-                "  SystemdCgroup = false",
+                "  SystemdCgroup = " + ("true" if self.systemd_cgroup else "false"),
             ]
         with open(self.config, "w") as f:
             f.write("\n".join(lines) + "\n")
 
-    def start(self, timeout=30):
-        self.write_config()
-        self.log = open(self.log_path, "ab")
+    def launch(self):
+        """Starts containerd (or what runs it); the Popen whose exit means containerd's."""
         cmd = [CONTAINERD, "--config", self.config]
         if self.unified_ns:
             # cgroup v2 for containerd, its shims and the runtimes: a private mount namespace
             # where the host's cgroup2 mount (/sys/fs/cgroup/unified) is /sys/fs/cgroup.
             cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                    "mount --bind /sys/fs/cgroup/unified /sys/fs/cgroup && exec \"$@\"", "sh"] + cmd
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+        return subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+    def started(self):
+        """Called once containerd answers."""
+
+    def start(self, timeout=30):
+        self.write_config()
+        self.log = open(self.log_path, "ab")
+        self.proc = self.launch()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -217,6 +226,7 @@ class Containerd:
             if os.path.exists(self.address):
                 r = subprocess.run([CTR, "-a", self.address, "version"], capture_output=True, text=True)
                 if r.returncode == 0:
+                    self.started()
                     return
             time.sleep(0.1)
         raise RuntimeError("containerd did not answer on %s within %d s:\n%s" % (self.address, timeout,

@@ -265,17 +265,22 @@ class TestCgroups:
 
 
 class GpuNode:
-    def __init__(self, base, cgroups, v2=False):
+    def __init__(self, base, cgroups, v2=False, kubepods=None, systemd=None):
         self.base = base
         self.cgroups = cgroups
         self.v2 = v2
+        # The v2/systemd cell: kubepods.slice below the nspawn machine's cgroup2 root (relative to
+        # the host's cgroup2 mount), and that systemd's bus and unit dirs as the host reaches
+        # them: {"bus_address": ..., "unit_dirs": [...]}.
+        self.kubepods = kubepods
+        self.systemd = systemd
         self.dev = os.path.join(base, "dev")
         self.proc = os.path.join(base, "proc")
         self.kubelet = os.path.join(base, "kubelet")
         self.checkpoint = os.path.join(self.kubelet, "device-plugins", "kubelet_internal_checkpoint")
 
     def kubepods_rel(self):
-        return self.cgroups.name + "/kubepods"
+        return self.kubepods or self.cgroups.name + "/kubepods"
 
     def build(self):
         for d in (self.dev, os.path.join(self.kubelet, "device-plugins"), os.path.join(self.kubelet, "pod-resources"),
@@ -324,6 +329,9 @@ class GpuNode:
             "devices:\n  dev_root: %s\n  proc_root: %s\n  nvml_library: /nonexistent/libnvidia-ml.so.1\n" % (
                 self.dev, self.proc) +
             "metrics:\n  listen: 127.0.0.1:%d\n" % metrics_port)
+        if self.systemd:
+            yaml += "systemd:\n  bus_address: %s\n  unit_dirs: [%s]\n" % (
+                self.systemd["bus_address"], ", ".join(self.systemd["unit_dirs"]))
         self._write(path, yaml)
         return path
 
@@ -366,10 +374,14 @@ class Daemon:
         except OSError:
             return ""
 
-    def metric_sum(self, name):
+    def metric_sum(self, name, label=None):
+        """The sum of a metric's series (only those whose labels hold `label`, e.g.
+        'method="systemd"'); None when there is none."""
         total = 0.0
         found = False
         for line in self.metrics().splitlines():
+            if label is not None and label not in line.split(" ", 1)[0]:
+                continue
             if line.startswith(name + "{") or line.startswith(name + " "):
                 try:
                     total += float(line.rsplit(" ", 1)[1])

@@ -3,10 +3,17 @@ drives it, while gpu-devwatch watches the node. Counts what kubelet would see.
 
 Per iteration:
   start    CreateContainer (attempt 0) + StartContainer; then the NVIDIA hook's out-of-band
-           grant (the GPU and control nodes to devices.allow; v1 only: on v2 the daemon alone
-           grants), as the hook does after the runtime's device apply.
+           grant (v1: the GPU and control nodes to devices.allow; v2/systemd: libnvidia-container's
+           v2 way, each attached program swapped for a copy with "allow the GPU nodes" in front;
+           the v2/cgroupfs cells: none, the daemon alone grants), as the hook does after the
+           runtime's device apply.
   updates  UpdateContainerResources (cpu_shares and cpuset_cpus: CPUManager static, in-place
-           resize), each checked in the container's cgroup.
+           resize), each checked in the container's cgroup. v2/systemd: the update carries no CPU
+           (the node's cgroup2 has no cpu controller, and runc writes cpu.weight itself after
+           systemd), so the CPU goes through the scope's properties as runc's systemd driver
+           sends them (`systemctl set-property --runtime <scope> CPUWeight=<runc's weight for
+           the shares>`), then `systemctl daemon-reload`; each attaches a fresh `sd_devices`
+           from DeviceAllow= alone, and each is checked.
   restart  StopContainer, CreateContainer attempt+1, StartContainer, the hook's grant,
            RemoveContainer of the old one.
   end      StopContainer, RemoveContainer.
@@ -18,6 +25,7 @@ control nodes (v1), and the sandbox (pause) container without any GPU node (v1: 
 devices.list; v2: opened from its cgroup).
 """
 
+import errno
 import json
 import os
 import re
@@ -25,8 +33,10 @@ import subprocess
 import time
 import uuid
 
+import bpf_device
 import gpu_node as gn
 from containerd_stack import IMAGE_REF
+from nspawn_node import expand_slice
 from cri_client import CriError
 
 POLL_S = 0.002
@@ -46,6 +56,12 @@ def normalize_error(text):
     text = re.sub(r"gdw-test-cri-\d+", "gdw-test-cri-<pid>", text)
     text = re.sub(r"pid=\d+", "pid=<n>", text)
     return text
+
+
+def cpu_weight(shares):
+    """runc's cpu.shares → cgroup v2 cpu.weight (ConvertCPUSharesToCgroupV2Value), the CPUWeight=
+    its systemd driver sends."""
+    return 0 if shares == 0 else 1 + ((shares - 2) * 9999) // 262142
 
 
 class Stats:
@@ -71,7 +87,11 @@ class Stats:
         self.sandbox_touched = []
         self.landed_failures = []
         self.not_whole = []
+        self.hook_grants = 0     # v2/systemd: the NVIDIA hook's v2 grants done ...
+        self.hook_failures = {}  # ... and failed: errno text -> count
+        self.max_programs = None  # v2/systemd: most device programs seen on a container's scope
         self.regrants = None     # the daemon's gpu_devwatch_regrants_total (all results)
+        self.systemd_regrants = None  # ... its method="systemd" part (DeviceAllow= added to a scope)
         self.revocations = None  # gpu_devwatch_revocations_total
         self.apply_waits = None  # gpu_devwatch_apply_waits_total (absent before the fix)
         self.seconds = 0.0
@@ -81,7 +101,10 @@ class Stats:
         return sum(self.errors.values())
 
     def error(self, e):
-        key = "%s: %s" % (e.method, normalize_error(e.details))
+        self.error_text(e.method, e.details)
+
+    def error_text(self, method, details):
+        key = "%s: %s" % (method, normalize_error(details))
         self.errors[key] = self.errors.get(key, 0) + 1
 
     def percentile(self, p, what=None):
@@ -92,7 +115,7 @@ class Stats:
 
 
 class PodLoop:
-    def __init__(self, cri, ctd, node, cgroups, stats, handler, mode, v2=False, updates=2, cpus=None):
+    def __init__(self, cri, ctd, node, cgroups, stats, handler, mode, v2=False, updates=2, cpus=None, systemd=None):
         self.cri = cri
         self.ctd = ctd
         self.node = node
@@ -105,7 +128,14 @@ class PodLoop:
         self.cpus = cpus or ["0-%d" % (os.cpu_count() - 1)]
         self.uid = str(uuid.uuid4())
         self.name = "gpu-pod-" + self.uid[:5]
-        self.parent = "/%s/kubepods/burstable/pod%s" % (cgroups.name, self.uid)
+        # v2/systemd (`systemd`: the NspawnSystemd whose systemd runs containerd): kubelet's
+        # systemd driver sends the pod's slice as the cgroup parent; the test makes it over D-Bus.
+        self.systemd = systemd
+        self.pod_slice = "kubepods-burstable-pod%s.slice" % self.uid.replace("-", "_")
+        if systemd is not None:
+            self.parent = self.pod_slice
+        else:
+            self.parent = "/%s/kubepods/burstable/pod%s" % (cgroups.name, self.uid)
         self.sandbox_id = None
         self.sandbox_cfg = None
         self.sandbox_rules = []
@@ -115,8 +145,23 @@ class PodLoop:
     # --- cgroup reads -----------------------------------------------------------------
 
     def cgroup_path(self, container_id):
+        """The container's cgroup below the hierarchy's root (the host's cgroup2 mount on v2)."""
         with open(os.path.join(self.ctd.bundles_dir, container_id, "config.json")) as f:
-            return json.load(f)["linux"]["cgroupsPath"]
+            path = json.load(f)["linux"]["cgroupsPath"]
+        if self.systemd is None:
+            return path
+        # systemd driver: "<slice>:<prefix>:<name>" is the unit <prefix>-<name>.scope in the slice,
+        # below the nspawn machine's cgroup2 root.
+        slice_, prefix, name = path.split(":")
+        return "/%s/%s/%s-%s.scope" % (self.systemd.payload_rel, expand_slice(slice_), prefix, name)
+
+    def sandbox_cgroup(self):
+        if self.systemd is not None:
+            return self.cgroup_path(self.sandbox_id)
+        return self.parent + "/" + self.sandbox_id
+
+    def v2_dir(self, cgpath):
+        return os.path.join(gn.CGROUP_ROOT, "unified") + cgpath
 
     def devices_rules(self, cgpath):
         if self.v2:
@@ -150,7 +195,7 @@ class PodLoop:
         """v2 has no rule file to read: a short-lived shell joins the cgroup2 at `cgpath` and
         opens each node (its v1 devices cgroup is the test's, which allows all).
         {name: 'ENXIO'|'EPERM'|text}; None when it could not join."""
-        procs = os.path.join(gn.CGROUP_ROOT, "unified") + cgpath + "/cgroup.procs"
+        procs = self.v2_dir(cgpath) + "/cgroup.procs"
         r = subprocess.run(["/bin/busybox", "sh", "-c",
                             'echo $$ > "$1" || exit 9; shift; for n in "$@"; do echo "$n $( (exec 3<>"$n") 2>&1 )"; '
                             'done', "probe", procs] + [os.path.join(self.node.dev, n) for n in names],
@@ -203,6 +248,12 @@ class PodLoop:
             self.st.exec_failures.append("%s: %s" % (what, seen))
         if not self.v2:
             self.check_extras(container_id, cgpath, what)
+        if self.systemd is not None:
+            try:
+                n = len(bpf_device.query_ids(self.v2_dir(cgpath)))
+                self.st.max_programs = max(self.st.max_programs or 0, n)
+            except OSError:
+                pass
         self.check_sandbox(what)
 
     def check_extras(self, container_id, cgpath, what):
@@ -220,7 +271,7 @@ class PodLoop:
         if not self.sandbox_id:
             return
         if self.v2:  # opened from the sandbox's cgroup: every fixture node denied
-            seen = self.host_probe(self.parent + "/" + self.sandbox_id, [n[0] for n in gn.NODES])
+            seen = self.host_probe(self.sandbox_cgroup(), [n[0] for n in gn.NODES])
             if seen is None:
                 self.st.sandbox_touched.append("%s: could not join the sandbox's cgroup to check it" % what)
                 return
@@ -237,6 +288,14 @@ class PodLoop:
 
     def hook_grant(self, cgpath):
         if self.v2:
+            if self.systemd is None:
+                return
+            nodes = [(major, minor) for name, major, minor in gn.NODES if name in gn.WANTED]
+            err = bpf_device.nvidia_style_grant(self.v2_dir(cgpath), nodes)
+            self.st.hook_grants += 1
+            if err:
+                text = "%s (%s)" % (os.strerror(err), errno.errorcode.get(err, err))
+                self.st.hook_failures[text] = self.st.hook_failures.get(text, 0) + 1
             return
         allow = os.path.join(gn.CGROUP_ROOT, "devices") + cgpath + "/devices.allow"
         for name in gn.WANTED:
@@ -296,6 +355,8 @@ class PodLoop:
     def update(self, cid, cgpath):
         shares, cpus = self.resources()
         self.st.update_calls += 1
+        if self.systemd is not None:
+            return self.update_systemd(cid, cgpath, shares)
         try:
             if self.v2:
                 # The node's cgroup2 has no cpu or cpuset controller here: the update carries
@@ -320,6 +381,34 @@ class PodLoop:
                 self.st.landed_failures.append("cpu.shares %s (want %d), cpuset.cpus %s (want %s)" % (
                     got_shares, shares, got_cpus, cpus))
         self.check(cid, cgpath, returned, "update")
+
+    def update_systemd(self, cid, cgpath, shares):
+        """The update without CPU through the CRI, the CPU through the scope's properties, then a
+        daemon-reload: two fresh sd_devices programs, each checked."""
+        try:
+            self.cri.update_resources(cid, 0, "")
+        except CriError as e:
+            self.st.error(e)
+            return
+        self.st.updates += 1
+        unit = cgpath.rsplit("/", 1)[1]
+        weight = cpu_weight(shares)
+        r = self.systemd.systemctl("set-property", "--runtime", unit, "CPUWeight=%d" % weight)
+        changed = time.monotonic()
+        if r.returncode != 0:
+            self.st.error_text("systemctl set-property", r.stderr or r.stdout)
+        self.check(cid, cgpath, changed, "update")
+        if r.returncode == 0:
+            got = self.systemd.systemctl("show", "-p", "CPUWeight", "--value", unit).stdout.strip()
+            if got == str(weight):
+                self.st.updates_landed += 1
+            else:
+                self.st.landed_failures.append("CPUWeight %s (want %d)" % (got, weight))
+        r = self.systemd.systemctl("daemon-reload", timeout=60)
+        reloaded = time.monotonic()
+        if r.returncode != 0:
+            self.st.error_text("systemctl daemon-reload", r.stderr or r.stdout)
+        self.check(cid, cgpath, reloaded, "reload")
 
     def iteration(self):
         self.st.start_calls += 1
