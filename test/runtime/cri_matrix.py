@@ -333,6 +333,9 @@ def main():
     parser.add_argument("--memlock-shim", help="libmemlock_shim.so for crun on cgroup v2")
     parser.add_argument("--show-logs", action="store_true", help="print daemon log tails on errors")
     args = parser.parse_args()
+    if args.memlock_shim:
+        # LD_PRELOAD for crun, which runs in the bundle's directory: a relative path would not load.
+        args.memlock_shim = os.path.abspath(args.memlock_shim)
     args.iterations = env_int("GDW_CRI_ITERATIONS", 40)
     args.updates = env_int("GDW_CRI_UPDATES", 2)
     ncpu = os.cpu_count() or 1
