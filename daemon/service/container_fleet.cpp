@@ -353,8 +353,13 @@ bool ContainerFleet::check_ids(Clock::time_point trigger, const std::vector<std:
 bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause, bool write_event) {
   if (!access_ || !w.is_gpu()) return false;
   // Never inside a runtime's own apply: observe mode writes nothing, so it never waits.
+  const bool creating = !w.create_ended && !w.create_marker.empty();
   if (settings_.mode == Mode::kEnforce && apply_waits_.wait(w, apply_wait_request(w, trigger, cause, write_event)))
     return false;
+  // Its create has just ended: what the runtime wrote during it (under the systemd driver the
+  // scope's DevicePolicy= and DeviceAllow= drop-ins) is complete now. Read again, so that
+  // what DeviceAllow= lacks is persisted before systemd's next re-apply can harm.
+  if (creating && w.create_ended) resolve(w, /*force=*/true);
   const auto before = w.repair_gauge_inputs();
   CheckOutcome outcome = repair_.check(*access_, w, trigger, cause);
   if (outcome.gone) {

@@ -54,7 +54,10 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
   if (!step.applied) return out;
   if (step.applied->programs_now) w.programs = *step.applied->programs_now;
   earliest(out.retry_at, step.settled.retry_at);
-  if (persist_in_scope(w.target)) out.granted = step.settled.granted;  // before the report takes them
+  // Under the systemd driver whatever the scope looked like before: the re-apply may have
+  // changed its unit files (runc's create writes its DevicePolicy= drop-ins after the scope
+  // exists), and the owner reads them again before it persists.
+  if (w.cgroup.leaf.driver == CgroupDriver::kSystemd) out.granted = step.settled.granted;  // before the report takes them
   report_.grants(w, step, trigger, done);
   out.prepare_next_grant = access.next_grant_work_due();
   return out;

@@ -25,8 +25,8 @@ struct CheckOutcome {
   bool gone = false;  // the cgroup vanished: drop the container (nothing was counted)
   // Look at the container again then (a back-off, the guard, a refused grant).
   std::optional<Clock::time_point> retry_at;
-  // systemd driver (a scope that restricts devices): what this check granted, for the
-  // scope's DeviceAllow= (core/repair_plan.h: plan_persistence).
+  // systemd driver: what this check granted, for the scope's DeviceAllow= once its unit
+  // files are read again (core/repair_plan.h: plan_persistence).
   std::vector<WantedDevice> granted;
   // A grant went out and the device access has work that makes the next one faster
   // (DeviceAccess::prepare_next_grant): run it after the tenant has had its devices back,

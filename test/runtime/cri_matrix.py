@@ -273,6 +273,10 @@ def verdict(results, not_run, ci):
             failures.append("%s: opens from inside not as expected: %s" % (name, st.exec_failures[:2]))
         if st.extras:
             failures.append("%s: granted beyond the allocation: %s" % (name, st.extras[:2]))
+        # Under the systemd driver the daemon adds the GPU to each new scope's DeviceAllow=
+        # once runc's create has written its drop-ins, so that the next daemon-reload keeps it.
+        if st.hook_grants and not st.systemd_regrants:
+            failures.append("%s: the daemon never added to a scope's DeviceAllow=" % name)
     # The v2/systemd cell's NVIDIA hook failures are printed, not judged: the hook's grant runs
     # here after StartContainer returned, not inside runc's create as on a node.
     if ci:
