@@ -119,6 +119,16 @@ const std::vector<MetricFamilySpec> kFamilies = {
      "cgroup v2: wrapper programs the daemon loaded, a verifier run each: while a repair waited "
      "(when=\"repair\"), or after a repair, ahead of the next ones (when=\"ahead\").",
      {"when"}, Series::kAtStart, {"repair", "ahead"}},
+    {Id::kDeviceProgramStaleSwaps, Type::kCounter, "gpu_devwatch_device_program_stale_swaps_total",
+     "cgroup v2 (Linux 6.17+): swaps and detaches of device programs the kernel refused because the "
+     "cgroup's programs changed after the query they were decided on (ESTALE); each was decided again "
+     "at once on a fresh query.",
+     {}, Series::kAtStart},
+    {Id::kDeviceProgramSwapRevisions, Type::kGauge, "gpu_devwatch_device_program_swap_revisions",
+     "cgroup v2: 1 when repairs swap device programs with the revision of the query they were decided on "
+     "(expected_revision, Linux 6.17+), 0 when the kernel keeps no revisions (the swap names the program it "
+     "replaces, BPF_F_REPLACE).",
+     {}, Series::kOnUse},
     {Id::kApplyWaits, Type::kCounter, "gpu_devwatch_apply_waits_total",
      "Checks that waited for a runtime's own apply to end before granting, by what ended the wait: "
      "the writer's exit (writer_exit), the runtime's create (create), rule writes going quiet "

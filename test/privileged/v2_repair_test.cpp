@@ -90,6 +90,15 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
                                                "capability hook off"))
       << daemon.output();
 
+  // Whether swaps carry a revision (Linux 6.17+) is said at startup, as this kernel has it.
+  auto revision = device_programs_revision(c_->cgroup_dir);
+  ASSERT_TRUE(revision.ok()) << revision.error().message;
+  EXPECT_EQ(daemon.metric("gpu_devwatch_device_program_swap_revisions"), *revision != 0 ? 1 : 0) << daemon.metrics();
+  EXPECT_NE(daemon.output().find(*revision != 0 ? "device program swaps carry the revision"
+                                                 : "the kernel keeps no revisions of a cgroup's device programs"),
+            std::string::npos)
+      << daemon.output();
+
   node_->reapply_spec(*c_);  // systemd's reload: a new ANDed program
   EXPECT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
   EXPECT_EQ(node_->open_errno(*c_, "mem"), EPERM);

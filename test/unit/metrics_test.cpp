@@ -34,6 +34,8 @@ void exercise_every_method(Metrics& m) {
   NodeMetrics(m).set_containers_throttled(1);
   NodeMetrics(m).set_device_programs("ours", 2);
   RepairMetrics(m).programs_replaced(1);
+  RepairMetrics(m).stale_swaps(1);
+  RepairMetrics(m).set_swap_revisions(true);
   NodeMetrics(m).set_container_exposure(kContainer, NodeMetrics::ExposedDevices{2, 1}, true);
   NodeMetrics(m).set_checkpoint_checksum_valid(true);
   NodeMetrics(m).set_checkpoint_loaded(true);
