@@ -3,9 +3,10 @@
 namespace gdw {
 
 SyscallHookSchedule::SyscallHookSchedule(SyscallHookPolicy policy, std::chrono::milliseconds linger,
-                                         bool rule_writes_need_hook, bool observe)
+                                         bool rule_writes_need_hook, bool observe, bool rule_files)
     : policy_(policy), linger_(linger) {
   if (policy_ != SyscallHookPolicy::kAuto) return;
+  rule_writes_need_hook = rule_writes_need_hook && rule_files;
   policy_ = rule_writes_need_hook || observe ? SyscallHookPolicy::kAlways : SyscallHookPolicy::kOnDrift;
   if (rule_writes_need_hook)
     always_reason_ = "always attached: rule writers are seen only there on this kernel";

@@ -28,10 +28,14 @@ class SyscallHookSchedule {
   };
 
   // rule_writes_need_hook: the probe sees rule writes only through the hook (no
-  // cap_capable tracepoint), which makes `auto` attach it permanently; so does `observe`
-  // (mode: observe).
+  // cap_capable tracepoint), which makes `auto` attach it permanently where the node has
+  // rule files; so does `observe` (mode: observe).
+  // rule_files: the node's device policy is in rule files (cgroup v1), or where it is is
+  // not known yet. false on a cgroup v2 node: there are no rule writes to see, and `auto`
+  // attaches the hook only on drift whatever the kernel. The owner builds the schedule
+  // again once the node's cgroup version is located.
   SyscallHookSchedule(SyscallHookPolicy policy, std::chrono::milliseconds linger, bool rule_writes_need_hook,
-                      bool observe = false);
+                      bool observe = false, bool rule_files = true);
 
   // `drift`: some GPU container is missing a device it should have, as of `now`.
   Decision update(bool drift, Clock::time_point now);

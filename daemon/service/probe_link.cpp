@@ -51,7 +51,11 @@ void ProbeLink::apply_config() {
 void ProbeLink::set_policy_form(DevicePolicyForm form) {
   if (form == policy_form_) return;
   policy_form_ = form;
-  if (probe_) focus();
+  if (!probe_) return;
+  focus();
+  // The syscall hook's schedule depends on it too (no rule writes to see on cgroup v2).
+  take_hook_settings();
+  maintain_syscall_hook(last_drift_);
 }
 
 void ProbeLink::focus() {
@@ -127,7 +131,8 @@ void ProbeLink::load() {
 
 void ProbeLink::take_hook_settings() {
   hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
-                         probe_->rule_writes_need_syscall_hook(), config_.mode == Mode::kObserve);
+                         probe_->rule_writes_need_syscall_hook(), config_.mode == Mode::kObserve,
+                         /*rule_files=*/policy_form_ != DevicePolicyForm::kPrograms);
   status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
 }
 

@@ -64,6 +64,21 @@ TEST(SyscallHookSchedule, AutoIsOnDriftUnlessRuleWritesNeedTheHook) {
   EXPECT_TRUE(old_kernel.update(false, t0).attached) << "without it no writer would ever be named";
 }
 
+// Issue 39, 3: on a cgroup v2 node there are no rule writes to see, so an old kernel's
+// need of the hook for them keeps nothing attached; before the node is located it still
+// counts (rule_files defaults to true), and the owner decides again once it is.
+TEST(SyscallHookSchedule, OnACgroupV2NodeAutoIsOnDriftWhateverTheKernel) {
+  SyscallHookSchedule v2(SyscallHookPolicy::kAuto, 30s, /*rule_writes_need_hook=*/true, /*observe=*/false,
+                         /*rule_files=*/false);
+  const auto idle = v2.update(false, t0);
+  EXPECT_FALSE(idle.attached) << idle.reason;
+  EXPECT_TRUE(v2.update(true, t0 + 1s).attached) << "a GPU container missing devices: its opens fail";
+  SyscallHookSchedule unknown(SyscallHookPolicy::kAuto, 30s, /*rule_writes_need_hook=*/true);
+  EXPECT_TRUE(unknown.update(false, t0).attached) << "not located yet: rule files may be there";
+  SyscallHookSchedule forced(SyscallHookPolicy::kAlways, 30s, true, false, /*rule_files=*/false);
+  EXPECT_TRUE(forced.update(false, t0).attached) << "an explicit policy is kept";
+}
+
 TEST(SyscallHookSchedule, AutoIsAlwaysInObserveModeSoTheFirstDeniedOpensCount) {
   SyscallHookSchedule observe(SyscallHookPolicy::kAuto, 30s, /*rule_writes_need_hook=*/false, /*observe=*/true);
   const auto before_any_drift = observe.update(false, t0);
