@@ -186,7 +186,7 @@ std::unique_ptr<gdw::Probe> load_probe(Mode mode) {
   }
   if (!(*probe)->watch_major(195)) std::exit(1);
   if (mode != kV1 && !(*probe)->attach_hook()) {
-    std::fprintf(stderr, "probe_overhead: no attach hook: %s\n", (*probe)->attach_hook_problem().c_str());
+    std::fprintf(stderr, "probe_overhead: no attach hook: %s\n", (*probe)->attach_hook_choice().describe().c_str());
     std::exit(1);
   }
   return std::move(*probe);

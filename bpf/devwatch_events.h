@@ -30,6 +30,10 @@ enum gdw_event_type {
    * (gdw_device_program_event, result 0): the attacher holds cgroup_mutex, so a query made
    * after reading this record sees the attach done or failed. */
   GDW_EVENT_DEVICE_PROGRAM_ATTACHING = 8,
+  /* A BPF_CGROUP_DEVICE attach seen at the start of its bpf() call (lsm/bpf), before the
+   * kernel acts on it: a query made after reading this record may come before the attach
+   * is installed (gdw_device_program_event, result 0). */
+  GDW_EVENT_DEVICE_PROGRAM_AHEAD = 9,
 };
 
 /* Where a rule write was seen (gdw_rule_write_event.seen_at). */

@@ -72,9 +72,11 @@ const std::vector<MetricFamilySpec> kFamilies = {
      "results); it slows every syscall on the node.",
      {}, Series::kAtStart},
     {Id::kAttachHookAttached, Type::kGauge, "gpu_devwatch_probe_attach_hook_attached",
-     "1 while the probe's attach hook is attached (cgroup v2: device program attaches to GPU containers "
-     "seen as they happen); 0: a program load makes every GPU container's programs be read again.",
-     {}, Series::kAtStart},
+     "1 for the kind of the probe's attach hook attached (cgroup v2: device program attaches to GPU "
+     "containers seen as they happen), the cheapest the kernel allows: lsm (lsm/bpf), fexit (the cgroup "
+     "attach path), kmalloc (tp_btf/kmalloc); all 0: a program load makes every GPU container's programs be "
+     "read again.",
+     {"kind"}, Series::kAtStart, {"lsm", "fexit", "kmalloc"}},
     {Id::kCapabilityHookAttached, Type::kGauge, "gpu_devwatch_probe_capability_hook_attached",
      "1 while the probe's capability hook is attached (cgroup v1: rule writers named at their permission "
      "check; cgroup v2 without the attach hook: device program loads). It runs on every capability check "

@@ -26,9 +26,11 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 
+#include "core/attach_hook_choice.h"
 #include "core/result.h"
 
 namespace gdw {
@@ -101,6 +103,9 @@ struct DeviceProgramEvent {
   std::uint32_t flags = 0;
   std::int64_t result = 0;
   bool attaching = false;
+  // Seen at the start of the bpf() call (the attach hook on lsm/bpf), before the kernel
+  // installs it: a look made now may come before the attach (the owner looks again).
+  bool ahead_of_install = false;
   std::uint64_t ktime_ns = 0;
 };
 
@@ -134,6 +139,9 @@ struct ProbeOptions {
   // Report attaches of device programs to watched cgroups as they happen (where the kernel
   // allows it: attach_hook()); false: device program loads are reported instead.
   bool attach_hook = true;
+  // The attach hook's kinds that may be loaded and tried (core/attach_hook_choice.h), the
+  // cheapest the kernel allows attached: all of them but in tests and benches.
+  std::set<AttachHookKind> attach_hook_kinds{AttachHookKind::kLsm, AttachHookKind::kFexit, AttachHookKind::kKmalloc};
 };
 
 // What a node's device policy is made of, which decides the always-on hooks worth their
@@ -160,15 +168,22 @@ class Probe {
   virtual bool rule_writes_need_syscall_hook() const = 0;
   // Whether device program attaches to watched program cgroups are reported as they happen
   // (the attach hook); else only their loads are, and the attach itself only while the
-  // syscall hook is attached. `attach_hook_problem()` says why not.
+  // syscall hook is attached. attach_hook_kind(): which of its kinds is attached (lsm/bpf,
+  // fexit, kmalloc); attach_hook_choice(): that, with why each cheaper kind was refused
+  // (when none is attached: why each was refused, then whether the capability hook is
+  // there to see program loads).
   virtual bool attach_hook() const = 0;
-  virtual const std::string& attach_hook_problem() const = 0;
+  virtual std::optional<AttachHookKind> attach_hook_kind() const = 0;
+  virtual AttachHookChoice attach_hook_choice() const = 0;
+  // Benches and tests: attaches that kind of the attach hook instead of the one chosen
+  // (kCapability: none, the capability hook instead), where it was loaded.
+  virtual Status use_attach_hook(AttachHookKind kind) = 0;
   // Attaches only the always-on hooks `form` needs, each of which runs on unrelated system
   // calls: kRuleFiles, the capability hook (rule writes; every mmap of writable memory
-  // passes a CAP_SYS_ADMIN check); kPrograms, the attach hook (every kmalloc), or where
-  // the kernel refuses it the capability hook (program loads, reported then); kUnknown
-  // (as loaded), both. An attach hook refused says why in attach_hook_problem(); the
-  // error is the capability hook's.
+  // passes a CAP_SYS_ADMIN check); kPrograms, the attach hook (its cheapest kind the
+  // kernel takes), or where the kernel refuses every kind the capability hook (program
+  // loads, reported then); kUnknown (as loaded), both. An attach hook refused says why in
+  // attach_hook_choice(); the error is the capability hook's.
   virtual Status focus(DevicePolicyForm form) = 0;
   // Whether the capability hook (tp_btf/cap_capable) is attached.
   virtual bool capability_hook() const = 0;

@@ -44,7 +44,7 @@ void ProbeLink::apply_config() {
   }
   metrics_.set_probe_loaded(probe_ != nullptr);
   metrics_.set_syscall_hook_attached(probe_ && probe_->syscall_hook_attached());
-  metrics_.set_attach_hook_attached(probe_ && probe_->attach_hook());
+  metrics_.set_attach_hook_attached(probe_ ? probe_->attach_hook_kind() : std::nullopt);
   metrics_.set_capability_hook_attached(probe_ && probe_->capability_hook());
 }
 
@@ -60,19 +60,25 @@ void ProbeLink::set_policy_form(DevicePolicyForm form) {
 
 void ProbeLink::focus() {
   if (auto s = probe_->focus(policy_form_); !s) log::error("probe: " + s.error().message);
-  metrics_.set_attach_hook_attached(probe_->attach_hook());
+  metrics_.set_attach_hook_attached(probe_->attach_hook_kind());
   metrics_.set_capability_hook_attached(probe_->capability_hook());
   if (policy_form_ == DevicePolicyForm::kUnknown) return;  // as loaded: both, said at load
   const bool programs = policy_form_ == DevicePolicyForm::kPrograms;
   std::string seen_by;
+  const AttachHookChoice hook = probe_->attach_hook_choice();
   if (programs && probe_->attach_hook()) {
-    seen_by = "device program attaches to GPU containers are seen as the kernel installs them (attach hook); "
-              "capability hook off";
+    // Which kind, and why each cheaper one was refused.
+    seen_by = "attach hook " + hook.describe() + ": device program attaches to GPU containers are seen " +
+              (hook.chosen == AttachHookKind::kLsm
+                   ? "at their bpf() call, and looked at again 1 ms to 1 s after"
+                   : "as the kernel installs them") +
+              "; capability hook off";
   } else if (programs && !probe_->capability_hook()) {
-    seen_by = "device program changes seen only while the syscall hook is attached, else by the periodic query";
+    seen_by = "no attach hook (" + hook.describe() +
+              "): device program changes seen only while the syscall hook is attached, else by the periodic query";
   } else if (programs) {
-    seen_by = "a device program load makes every GPU container's programs be read again (capability hook; no "
-              "attach hook: " + probe_->attach_hook_problem() + ")";
+    seen_by = "attach hook " + hook.describe() +
+              ": a device program load makes every GPU container's programs be read again (capability hook)";
   } else {
     seen_by = "rule writers named at the kernel's permission check (capability hook); attach hook off";
     if (!probe_->capability_hook()) seen_by = "rule writers named only while the syscall hook is attached";
@@ -122,7 +128,7 @@ void ProbeLink::load() {
     log::info("eBPF probe: attach hook off (probe.attach_hook: false); on cgroup v2 a device program load makes "
               "every GPU container's programs be read again");
   } else if (!probe_->attach_hook()) {
-    log::warn("eBPF probe: no attach hook (" + probe_->attach_hook_problem() +
+    log::warn("eBPF probe: no attach hook (" + probe_->attach_hook_choice().describe() +
               "); on cgroup v2 a device program load makes every GPU container's programs be read again");
   }
   focus();
@@ -249,8 +255,14 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
           const auto owner = subgroup_owner_.find(e.target_cgroup_id);
           const bool on_subgroup = owner != subgroup_owner_.end();
           if (on_subgroup) on_container.target_cgroup_id = owner->second;
-          if (WatchedContainer* w = attribution_.program_change(on_container))
-            batch.program_changes.push_back({w->cgroup_id, std::move(on_container), on_subgroup});
+          WatchedContainer* w = attribution_.program_change(on_container);
+          if (!w) return;
+          // Seen at the bpf() call's start (lsm/bpf): the look it leads to may come before
+          // the attach is installed, so the GPU containers are looked at again 1 ms to 1 s
+          // later, as after a program load, naming the attacher.
+          if (e.ahead_of_install && attribution_.program_load(DeviceProgramLoadEvent{e.caller, e.ktime_ns}))
+            batch.program_loaded = true;
+          batch.program_changes.push_back({w->cgroup_id, std::move(on_container), on_subgroup});
         }
       },
       ev);

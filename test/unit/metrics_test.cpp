@@ -57,6 +57,7 @@ void exercise_every_method(Metrics& m) {
   NodeMetrics(m).set_newest_container_start(150);
   ProbeMetrics(m).set_probe_loaded(true);
   ProbeMetrics(m).set_syscall_hook_attached(true);
+  ProbeMetrics(m).set_attach_hook_attached(AttachHookKind::kFexit);
   ProbeMetrics(m).revocation("runc");
   ProbeMetrics(m).denied_open(kContainer, "/dev/nvidia0", 2);
   ProbeMetrics(m).set_ring_buffer_drops(5);
