@@ -145,6 +145,19 @@ int BPF_PROG(gdw_cap_check, const struct cred *cred, struct user_namespace *targ
   return 0;
 }
 
+/* ---- the write path hook (cgroup v1, kernels without cap_capable) ------------------------------ */
+
+/* Where the kernel allows BPF trampolines: every devices.allow / devices.deny write returns
+ * through here (kernfs calls it for the file's cftype), and nothing else does. The rule
+ * write is reported whole, after the kernel applied it and before the write's inotify
+ * event. */
+SEC("fexit/devcgroup_access_write")
+int BPF_PROG(gdw_fexit_rule_write, struct kernfs_open_file *of, char *buf, size_t nbytes, loff_t off, ssize_t ret) {
+  struct task_struct *task = bpf_get_current_task_btf();
+  if (task->flags & (PF_KTHREAD | PF_IO_WORKER)) return 0;
+  return emit_rule_write_on_write_path(BPF_CORE_READ(of, kn), buf, ret);
+}
+
 /* ---- the attach hook (cgroup v2) ---------------------------------------------------------------- */
 
 SEC("tp_btf/kmalloc")

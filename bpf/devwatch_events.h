@@ -45,6 +45,10 @@ enum gdw_seen_at {
   GDW_SEEN_AT_PERMISSION_CHECK = 1,
   /* Syscall exit (kernels without the cap_capable tracepoint): the result is known. */
   GDW_SEEN_AT_SYSCALL_EXIT = 2,
+  /* The devices controller's write path (fexit/devcgroup_access_write; kernels without the
+   * cap_capable tracepoint that allow BPF trampolines): the rule as the kernel parsed it
+   * and the result are known; nothing else of the node passes there. */
+  GDW_SEEN_AT_WRITE_PATH = 3,
 };
 
 /* bpf(2) commands reported in gdw_device_program_event.command. */

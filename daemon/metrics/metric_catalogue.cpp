@@ -82,6 +82,16 @@ const std::vector<MetricFamilySpec> kFamilies = {
      "check; cgroup v2 without the attach hook: device program loads). It runs on every capability check "
      "of the node, so it is attached only where the device policy needs it.",
      {}, Series::kAtStart},
+    {Id::kWritePathHookAttached, Type::kGauge, "gpu_devwatch_probe_write_path_hook_attached",
+     "1 while the probe sees cgroup v1 rule writes on the devices controller's write path "
+     "(fexit/devcgroup_access_write: kernels before 6.14 that allow BPF trampolines); nothing else of the "
+     "node passes there.",
+     {}, Series::kAtStart},
+    {Id::kRuleWritersDegraded, Type::kGauge, "gpu_devwatch_probe_rule_writers_degraded",
+     "1 on a cgroup v1 node whose kernel lets the probe see rule writes neither at the permission check "
+     "(cap_capable, 6.14+) nor on the write path (fexit): their writers are named only while the syscall "
+     "hook is attached (a GPU container missing devices), not for the write that revoked.",
+     {}, Series::kAtStart},
     {Id::kPodResourcesCalls, Type::kCounter, "gpu_devwatch_pod_resources_calls_total",
      "Calls to kubelet's PodResources List, by result (ok, socket-absent, deadline-exceeded, "
      "resource-exhausted, unavailable, other).",

@@ -22,6 +22,14 @@ void ProbeMetrics::set_attach_hook_attached(std::optional<AttachHookKind> kind) 
     m_->gauges(Id::kAttachHookAttached).Add({{"kind", std::string(to_string(k))}}).Set(kind == k ? 1 : 0);
 }
 
+void ProbeMetrics::set_write_path_hook_attached(bool attached) {
+  m_->gauge(Id::kWritePathHookAttached).Set(attached ? 1 : 0);
+}
+
+void ProbeMetrics::set_rule_writers_degraded(bool degraded) {
+  m_->gauge(Id::kRuleWritersDegraded).Set(degraded ? 1 : 0);
+}
+
 void ProbeMetrics::set_capability_hook_attached(bool attached) {
   m_->gauge(Id::kCapabilityHookAttached).Set(attached ? 1 : 0);
 }

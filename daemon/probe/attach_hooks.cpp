@@ -50,21 +50,16 @@ struct Target {
 
 }  // namespace
 
-std::string trampoline_refusal(AttachHookKind kind) {
-  Target target;
-  if (kind == AttachHookKind::kLsm)
-    target = {"bpf_lsm_bpf", BPF_PROG_TYPE_LSM, BPF_LSM_MAC};
-  else if (kind == AttachHookKind::kFexit)
-    target = {"cgroup_bpf_prog_attach", BPF_PROG_TYPE_TRACING, BPF_TRACE_FEXIT};
-  else
-    return "";
+namespace {
+
+std::string trial_load(const Target& target, bool lsm) {
   btf* vmlinux = btf__load_vmlinux_btf();
   if (!vmlinux) return "the kernel's BTF cannot be read: " + errno_text(errno);
   const int id = btf__find_by_name_kind(vmlinux, target.function, BTF_KIND_FUNC);
   btf__free(vmlinux);
   if (id < 0) {
     return std::string("the kernel has no ") + target.function +
-           (kind == AttachHookKind::kLsm ? " (built without CONFIG_BPF_LSM)" : "");
+           (lsm ? " (built without CONFIG_BPF_LSM)" : " (or it is inlined)");
   }
   const bpf_insn insns[] = {
       {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},  // r0 = 0
@@ -80,6 +75,18 @@ std::string trampoline_refusal(AttachHookKind kind) {
   const int err = errno;
   if (err == EPERM) return "the kernel refuses BPF trampoline programs here (EPERM at load)";
   return "a trampoline program on " + std::string(target.function) + " does not load: " + errno_text(err);
+}
+
+}  // namespace
+
+std::string trampoline_refusal(AttachHookKind kind) {
+  if (kind == AttachHookKind::kLsm) return trial_load({"bpf_lsm_bpf", BPF_PROG_TYPE_LSM, BPF_LSM_MAC}, true);
+  if (kind == AttachHookKind::kFexit) return fexit_refusal("cgroup_bpf_prog_attach");
+  return "";
+}
+
+std::string fexit_refusal(const char* function) {
+  return trial_load({function, BPF_PROG_TYPE_TRACING, BPF_TRACE_FEXIT}, false);
 }
 
 }  // namespace gdw

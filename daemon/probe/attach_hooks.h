@@ -22,5 +22,9 @@ std::string lsm_bpf_refusal(const std::string& path = kActiveLsmList);
 // hook, kFexit on cgroup_bpf_prog_attach) against the kernel's BTF: empty when the kernel
 // takes it. Other kinds: empty.
 std::string trampoline_refusal(AttachHookKind kind);
+// The same for an fexit program on the kernel function `function` (the write path hook:
+// devcgroup_access_write).
+inline constexpr const char* kRuleWritePath = "devcgroup_access_write";
+std::string fexit_refusal(const char* function);
 
 }  // namespace gdw

@@ -46,7 +46,7 @@ bool attached_apart(const devwatch* skeleton, const bpf_program* program) {
   return program == skeleton->progs.gdw_sys_exit || program == skeleton->progs.gdw_effective_progs ||
          program == skeleton->progs.gdw_lookup_symbols || program == skeleton->progs.gdw_cap_check ||
          program == skeleton->progs.gdw_lsm_bpf || program == skeleton->progs.gdw_fexit_prog_attach ||
-         program == skeleton->progs.gdw_fexit_link_attach;
+         program == skeleton->progs.gdw_fexit_link_attach || program == skeleton->progs.gdw_fexit_rule_write;
 }
 
 // The programs of an attach hook's kind (gdw_lookup_symbols goes with kmalloc, run once).
@@ -167,6 +167,12 @@ Status BpfProbe::use_attach_hook(AttachHookKind kind) {
   return set_capability_hook(false);
 }
 
+Status BpfProbe::set_write_hook(bool attached) {
+  if (!write_hook_refusal_.empty() || !bpf_program__autoload(skeleton_->progs.gdw_fexit_rule_write)) return {};
+  if (set_link(write_hook_, skeleton_->progs.gdw_fexit_rule_write, attached)) return {};
+  return load_error("attaching the write path hook (gdw_fexit_rule_write, fexit/devcgroup_access_write)", -errno);
+}
+
 Status BpfProbe::set_capability_hook(bool attached) {
   if (set_link(capability_hook_, skeleton_->progs.gdw_cap_check, attached)) return {};
   return load_error("attaching the capability hook (gdw_cap_check, tp_btf/cap_capable)", -errno);
@@ -188,10 +194,12 @@ Status BpfProbe::focus(DevicePolicyForm form) {
   const bool capability_wanted = (form != DevicePolicyForm::kPrograms || !attaches_seen) &&
                                  bpf_program__autoload(skeleton_->progs.gdw_cap_check);
   Status capability = capability_wanted ? set_capability_hook(true) : Status{};
+  // Where the capability hook does not exist, rule writes on the write path (cgroup v1).
+  Status write_path = set_write_hook(form != DevicePolicyForm::kPrograms);
   skeleton_->data->report_program_loads = form != DevicePolicyForm::kRuleFiles && !attaches_seen;
   if (!attach_wanted) detach_attach_hook();
   if (!capability_wanted) (void)set_capability_hook(false);
-  return capability;
+  return capability ? write_path : capability;
 }
 
 Status BpfProbe::set_syscall_hook(bool attached) {
@@ -238,16 +246,37 @@ AttachHookRefusals refusals_before_load(const ProbeOptions& options) {
   return refusals;
 }
 
-Result<std::unique_ptr<Probe>> load_with(const ProbeOptions& options, AttachHookRefusals refusals) {
+// Whether libbpf names the write path hook's program as the one that failed to load.
+bool write_hook_failed(const devwatch* skeleton) {
+  const std::string named = "prog '" + std::string(bpf_program__name(skeleton->progs.gdw_fexit_rule_write)) + "'";
+  for (const auto& line : libbpf_log_tail(64))
+    if (line.find(named) != std::string::npos) return true;
+  return false;
+}
+
+// `write_hook_refusal`: why the write path hook is not loaded (empty: try it, if needed).
+Result<std::unique_ptr<Probe>> load_with(const ProbeOptions& options, AttachHookRefusals refusals,
+                                         std::string write_hook_refusal = "") {
   clear_libbpf_log();
   devwatch* skeleton = devwatch::open();
   if (!skeleton) return load_error("opening the BPF probe object", -errno);
-  const bool rule_writes_need_hook = !options.use_capability_tracepoint || !kernel_has_cap_capable_tracepoint();
-  auto probe = std::make_unique<BpfProbe>(skeleton, rule_writes_need_hook);
+  const bool no_capability_hook = !options.use_capability_tracepoint || !kernel_has_cap_capable_tracepoint();
+  // Without it, rule writes on the devices controller's write path, where the kernel takes
+  // an fexit program there.
+  if (!no_capability_hook)
+    write_hook_refusal.clear();
+  else if (!options.write_path_hook && write_hook_refusal.empty())
+    write_hook_refusal = "not asked for";
+  else if (write_hook_refusal.empty())
+    write_hook_refusal = fexit_refusal(kRuleWritePath);
+  const bool write_hook = no_capability_hook && write_hook_refusal.empty();
+  const bool rule_writes_need_hook = no_capability_hook && !write_hook;
+  auto probe = std::make_unique<BpfProbe>(skeleton, rule_writes_need_hook, write_hook_refusal);
   skeleton->rodata->ignored_writer_tgid = options.ignored_writer_tgid;
   skeleton->rodata->report_allow_writes = options.report_allow_writes;
-  if (rule_writes_need_hook) {
-    skeleton->rodata->rule_writes_at_syscall_exit = true;
+  bpf_program__set_autoload(skeleton->progs.gdw_fexit_rule_write, write_hook);
+  if (no_capability_hook) {
+    skeleton->rodata->rule_writes_at_syscall_exit = !write_hook;
     bpf_program__set_autoload(skeleton->progs.gdw_cap_check, false);
     refusal_of(refusals, AttachHookKind::kCapability) =
         options.use_capability_tracepoint ? "no cap_capable tracepoint (before 6.14)" : "not asked for";
@@ -260,17 +289,21 @@ Result<std::unique_ptr<Probe>> load_with(const ProbeOptions& options, AttachHook
     // The attach hook's kinds are what a kernel may refuse (bpf_kallsyms_lookup_name needs
     // 5.16 and CAP_PERFMON, trampolines a kernel that allows them): the rest of the probe
     // works without them. The one libbpf names is left out, else all of them.
+    const std::string why = load_error("loading it", err).message;
+    if (write_hook && write_hook_failed(skeleton)) {
+      probe.reset();  // destroys the skeleton
+      return load_with(options, refusals, why);
+    }
     std::optional<AttachHookKind> failed = kind_that_failed(skeleton);
     bool any_loaded = false;
     for (AttachHookKind kind : kHookKinds) any_loaded |= refusal_of(refusals, kind).empty();
     if (!any_loaded) return load_error("loading the BPF probe", err);
-    const std::string why = load_error("loading it", err).message;
     for (AttachHookKind kind : kHookKinds) {
       std::string& refused = refusal_of(refusals, kind);
       if (refused.empty() && (!failed || *failed == kind)) refused = why;
     }
     probe.reset();  // destroys the skeleton
-    return load_with(options, refusals);
+    return load_with(options, refusals, write_hook_refusal);
   }
   probe->set_refusals(refusals);
   if (auto attached = probe->attach_always_on(); !attached) return attached.error();

@@ -25,13 +25,18 @@ Error load_error(const std::string& step, int err);
 // Not thread-safe: one thread, the daemon's event loop, owns it.
 class BpfProbe final : public Probe {
  public:
-  BpfProbe(devwatch* skeleton, bool rule_writes_need_hook)
-      : skeleton_(skeleton), rule_writes_need_hook_(rule_writes_need_hook) {}
+  // write_hook_refusal: empty when the write path hook (fexit/devcgroup_access_write) was
+  // loaded; rule_writes_need_hook: neither it nor the capability hook was.
+  BpfProbe(devwatch* skeleton, bool rule_writes_need_hook, std::string write_hook_refusal)
+      : skeleton_(skeleton),
+        rule_writes_need_hook_(rule_writes_need_hook),
+        write_hook_refusal_(std::move(write_hook_refusal)) {}
   ~BpfProbe() override {
     ring_buffer__free(ring_);
     bpf_link__destroy(syscall_hook_);
     for (bpf_link* link : attach_hook_) bpf_link__destroy(link);
     bpf_link__destroy(capability_hook_);
+    bpf_link__destroy(write_hook_);
     for (bpf_link* link : links_) bpf_link__destroy(link);
     devwatch::destroy(skeleton_);
   }
@@ -55,6 +60,8 @@ class BpfProbe final : public Probe {
   Status use_attach_hook(AttachHookKind kind) override;
   Status focus(DevicePolicyForm form) override;
   bool capability_hook() const override { return capability_hook_ != nullptr; }
+  bool write_path_hook() const override { return write_hook_ != nullptr; }
+  const std::string& write_path_hook_refusal() const override { return write_hook_refusal_; }
 
   int fd() const override { return ring_buffer__epoll_fd(ring_); }
   Result<int> consume(const std::function<void(const ProbeEvent&)>& handler, int max_records) override;
@@ -75,9 +82,12 @@ class BpfProbe final : public Probe {
   bool attach_kind(AttachHookKind kind);
   void detach_attach_hook();
   Status set_capability_hook(bool attached);
+  Status set_write_hook(bool attached);
 
   devwatch* skeleton_;
   bool rule_writes_need_hook_;
+  std::string write_hook_refusal_;
+  bpf_link* write_hook_ = nullptr;
   std::vector<bpf_link*> links_;
   bpf_link* syscall_hook_ = nullptr;
   std::vector<bpf_link*> attach_hook_;  // the links of the kind attached

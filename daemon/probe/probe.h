@@ -15,8 +15,9 @@
 //  - the syscall hook (sys_exit), attached with set_syscall_hook(): denied opens, exact v2
 //    attach/detach/link events, and the results of rule writes. While it is attached
 //    every syscall on the machine takes the kernel's syscall-tracing slow path.
-// On kernels without the cap_capable tracepoint (< 6.14) rule writes are only seen, whole,
-// by the syscall hook (rule_writes_need_syscall_hook()).
+// On kernels without the cap_capable tracepoint (< 6.14) rule writes are seen on the
+// devices controller's write path (fexit) where the kernel allows BPF trampolines, else
+// only, whole, by the syscall hook (rule_writes_need_syscall_hook()).
 #pragma once
 
 #include <sys/types.h>
@@ -131,6 +132,10 @@ struct ProbeOptions {
   bool use_capability_tracepoint = true;
   // Attach the syscall hook at load (it can be attached and detached later).
   bool syscall_hook = false;
+  // On a kernel without the cap_capable tracepoint, see rule writes on the devices
+  // controller's write path where the kernel allows it (write_path_hook()); false: as on a
+  // kernel that refuses BPF trampolines.
+  bool write_path_hook = true;
   // A process (tgid, as the initial pid namespace numbers it) whose rule writes are not
   // reported: the daemon's own grants. 0: none.
   std::uint32_t ignored_writer_tgid = 0;
@@ -164,7 +169,8 @@ class Probe {
   virtual Status set_syscall_hook(bool attached) = 0;
   virtual bool syscall_hook_attached() const = 0;
   // True when rule writes are seen only while the syscall hook is attached (the kernel
-  // has no cap_capable tracepoint, or options said not to use it).
+  // has no cap_capable tracepoint, or options said not to use it, and refuses the write
+  // path hook).
   virtual bool rule_writes_need_syscall_hook() const = 0;
   // Whether device program attaches to watched program cgroups are reported as they happen
   // (the attach hook); else only their loads are, and the attach itself only while the
@@ -187,6 +193,12 @@ class Probe {
   virtual Status focus(DevicePolicyForm form) = 0;
   // Whether the capability hook (tp_btf/cap_capable) is attached.
   virtual bool capability_hook() const = 0;
+  // Kernels without the cap_capable tracepoint: whether rule writes are seen on the devices
+  // controller's write path (fexit/devcgroup_access_write, where the kernel allows BPF
+  // trampolines), attached as the capability hook would be; the refusal says why it was
+  // not loaded (empty: loaded, or not needed).
+  virtual bool write_path_hook() const = 0;
+  virtual const std::string& write_path_hook_refusal() const = 0;
 
   // An fd that becomes readable when events are waiting (the ring buffers' epoll fd).
   virtual int fd() const = 0;

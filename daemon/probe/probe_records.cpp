@@ -52,6 +52,7 @@ Result<ProbeEvent> decode_rule_write(std::string_view record) {
   switch (raw->seen_at) {
     case GDW_SEEN_AT_PERMISSION_CHECK: event.seen_at_syscall_exit = false; break;
     case GDW_SEEN_AT_SYSCALL_EXIT: event.seen_at_syscall_exit = true; break;
+    case GDW_SEEN_AT_WRITE_PATH: event.seen_at_syscall_exit = false; break;
     default: return Error{"probe record 'rule write' has unknown seen_at " + std::to_string(raw->seen_at)};
   }
   if (raw->result_known) event.result = raw->result;

@@ -46,22 +46,24 @@ void ProbeLink::apply_config() {
   metrics_.set_syscall_hook_attached(probe_ && probe_->syscall_hook_attached());
   metrics_.set_attach_hook_attached(probe_ ? probe_->attach_hook_kind() : std::nullopt);
   metrics_.set_capability_hook_attached(probe_ && probe_->capability_hook());
+  metrics_.set_write_path_hook_attached(probe_ && probe_->write_path_hook());
 }
 
 void ProbeLink::set_policy_form(DevicePolicyForm form) {
   if (form == policy_form_) return;
   policy_form_ = form;
-  if (!probe_) return;
-  focus();
-  // The syscall hook's schedule depends on it too (no rule writes to see on cgroup v2).
-  take_hook_settings();
-  maintain_syscall_hook(last_drift_);
+  if (probe_) focus();
 }
 
 void ProbeLink::focus() {
   if (auto s = probe_->focus(policy_form_); !s) log::error("probe: " + s.error().message);
   metrics_.set_attach_hook_attached(probe_->attach_hook_kind());
   metrics_.set_capability_hook_attached(probe_->capability_hook());
+  metrics_.set_write_path_hook_attached(probe_->write_path_hook());
+  // Rule writers on a cgroup v1 node seen by no always-on hook: named only while the
+  // syscall hook is attached.
+  const bool degraded = policy_form_ == DevicePolicyForm::kRuleFiles && probe_->rule_writes_need_syscall_hook();
+  metrics_.set_rule_writers_degraded(degraded);
   if (policy_form_ == DevicePolicyForm::kUnknown) return;  // as loaded: both, said at load
   const bool programs = policy_form_ == DevicePolicyForm::kPrograms;
   std::string seen_by;
@@ -79,11 +81,21 @@ void ProbeLink::focus() {
   } else if (programs) {
     seen_by = "attach hook " + hook.describe() +
               ": a device program load makes every GPU container's programs be read again (capability hook)";
-  } else {
+  } else if (probe_->capability_hook()) {
     seen_by = "rule writers named at the kernel's permission check (capability hook); attach hook off";
-    if (!probe_->capability_hook()) seen_by = "rule writers named only while the syscall hook is attached";
+  } else if (probe_->write_path_hook()) {
+    seen_by = "rule writers named on the devices controller's write path (fexit/devcgroup_access_write; no "
+              "cap_capable tracepoint before 6.14); attach hook off";
+  } else {
+    seen_by = "rule writers named only while the syscall hook is attached (a GPU container missing devices), not "
+              "for the write that revoked: attribution degraded (no cap_capable tracepoint before 6.14; write path "
+              "hook: " + probe_->write_path_hook_refusal() + ")";
   }
-  log::info(std::string("eBPF probe on a cgroup ") + (programs ? "v2" : "v1") + " node: " + seen_by);
+  const std::string line = std::string("eBPF probe on a cgroup ") + (programs ? "v2" : "v1") + " node: " + seen_by;
+  if (degraded)
+    log::warn(line);
+  else
+    log::info(line);
 }
 
 void ProbeLink::unload() {
@@ -116,14 +128,8 @@ void ProbeLink::load() {
     log::warn("denied opens of non-GPU paths are not counted: " + counts.error().message);
   take_hook_settings();
   hook_error_.reset();
-  if (probe_->rule_writes_need_syscall_hook()) {
-    log::info("eBPF probe loaded; this kernel has no cap_capable tracepoint (< 6.14), so rule writers are named "
-              "only while the syscall hook is attached (probe.syscall_hook: " +
-              to_string(config_.probe.syscall_hook) + ")");
-  } else {
-    // What it sees changes by is said once the node's cgroup version is known (focus()).
-    log::info("eBPF probe loaded; syscall hook (denied opens) " + to_string(config_.probe.syscall_hook));
-  }
+  // What it sees changes by is said once the node's cgroup version is known (focus()).
+  log::info("eBPF probe loaded; syscall hook (denied opens) " + to_string(config_.probe.syscall_hook));
   if (!config_.probe.attach_hook) {
     log::info("eBPF probe: attach hook off (probe.attach_hook: false); on cgroup v2 a device program load makes "
               "every GPU container's programs be read again");
@@ -137,8 +143,7 @@ void ProbeLink::load() {
 
 void ProbeLink::take_hook_settings() {
   hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
-                         probe_->rule_writes_need_syscall_hook(), config_.mode == Mode::kObserve,
-                         /*rule_files=*/policy_form_ != DevicePolicyForm::kPrograms);
+                         config_.mode == Mode::kObserve);
   status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
 }
 

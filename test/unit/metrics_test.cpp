@@ -58,6 +58,8 @@ void exercise_every_method(Metrics& m) {
   ProbeMetrics(m).set_probe_loaded(true);
   ProbeMetrics(m).set_syscall_hook_attached(true);
   ProbeMetrics(m).set_attach_hook_attached(AttachHookKind::kFexit);
+  ProbeMetrics(m).set_write_path_hook_attached(true);
+  ProbeMetrics(m).set_rule_writers_degraded(true);
   ProbeMetrics(m).revocation("runc");
   ProbeMetrics(m).denied_open(kContainer, "/dev/nvidia0", 2);
   ProbeMetrics(m).set_ring_buffer_drops(5);

@@ -81,6 +81,16 @@ TEST(ProbeRecords, RuleWriteSeenAtThePermissionCheckHasNoResultUnlessRefused) {
   ASSERT_TRUE(refused);
   EXPECT_EQ(std::get<RuleWriteEvent>(*refused).result, -1);
 
+  // On the devices controller's write path (kernels before 6.14 with trampolines): after
+  // the kernel applied the rule, its result known.
+  raw.seen_at = GDW_SEEN_AT_WRITE_PATH;
+  raw.result = 12;
+  raw.result_known = 1;
+  auto on_write_path = decode_probe_record(bytes_of(raw));
+  ASSERT_TRUE(on_write_path) << on_write_path.error().message;
+  EXPECT_FALSE(std::get<RuleWriteEvent>(*on_write_path).seen_at_syscall_exit);
+  EXPECT_EQ(std::get<RuleWriteEvent>(*on_write_path).result, 12);
+
   raw.seen_at = 7;
   auto unknown = decode_probe_record(bytes_of(raw));
   ASSERT_FALSE(unknown);
