@@ -94,8 +94,9 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
   const std::string point = kind == "lsm" ? "lsm/bpf" : kind == "fexit" ? "fexit/cgroup_bpf_prog_attach" : "tp_btf/kmalloc";
   EXPECT_TRUE(daemon.process().wait_for_output("eBPF probe on a cgroup v2 node: attach hook " + point)) << daemon.output();
   EXPECT_NE(daemon.output().find("; capability hook off"), std::string::npos) << daemon.output();
-  if (kind != "lsm")
+  if (kind != "lsm") {
     EXPECT_NE(daemon.output().find("lsm/bpf refused: "), std::string::npos) << "why the cheaper kinds were refused";
+  }
 
   // Whether swaps carry a revision (Linux 6.17+) is said at startup, as this kernel has it.
   auto revision = device_programs_revision(c_->cgroup_dir);
@@ -181,6 +182,9 @@ TEST_F(V2Repair, WithTheAttachHookOffAProgramLoadLeadsToTheRepair) {
       << daemon.output();
   if (daemon.metric("gpu_devwatch_probe_loaded") != 1) GTEST_SKIP() << "probe not loadable:\n" << daemon.output();
   EXPECT_EQ(daemon.metric("gpu_devwatch_probe_attach_hook_attached"), 0);
+  if (daemon.metric("gpu_devwatch_probe_capability_hook_attached") == 0 &&
+      daemon.output().find("no cap_capable tracepoint (before 6.14)") != std::string::npos)
+    GTEST_SKIP() << "no cap_capable tracepoint on this kernel: program loads are not seen either";
   // Program loads are seen at their CAP_BPF check: the capability hook stays.
   EXPECT_EQ(daemon.metric("gpu_devwatch_probe_capability_hook_attached"), 1);
   EXPECT_NE(daemon.output().find("attach hook off (probe.attach_hook: false)"), std::string::npos) << daemon.output();

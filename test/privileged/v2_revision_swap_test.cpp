@@ -28,6 +28,8 @@ namespace {
 
 const OciDeviceCgroupRule kDenyAll{false, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}};
 const OciDeviceCgroupRule kAllowAll{true, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}};
+constexpr const char* kNoRevisions =
+    "this kernel keeps no revisions of a cgroup's programs (Linux 6.17+; Debian's 6.12.117 has them, its 6.1 not)";
 // The runtime's spec: deny everything but /dev/null.
 const std::vector<OciDeviceCgroupRule> kSpec{kDenyAll, {true, DeviceRule{DeviceType::kChar, 1, 3, kAccessAll}}};
 
@@ -68,7 +70,7 @@ class V2RevisionSwap : public ::testing::Test {
 
 TEST_F(V2RevisionSwap, AnAttachBetweenTheLookAndTheSwapIsRefusedAndTheRepairLooksAgainAtOnce) {
   const std::uint64_t before = revision();
-  if (before == 0) GTEST_SKIP() << "this kernel keeps no revisions of a cgroup's programs (before 6.17)";
+  if (before == 0) GTEST_SKIP() << kNoRevisions;
   DeviceProgramCache cache;
   auto look = snapshot_device_programs(dir_, cache);
   ASSERT_TRUE(look.ok()) << look.error().message;
@@ -97,7 +99,7 @@ TEST_F(V2RevisionSwap, AnAttachBetweenTheLookAndTheSwapIsRefusedAndTheRepairLook
 // The daemon's own path: observe() looks, grant() follows it; an attach in between is
 // refused as stale, looked at again at once, and counted in the grant's report.
 TEST_F(V2RevisionSwap, TheDaemonsGrantAfterItsLookCountsTheStaleSwap) {
-  if (revision() == 0) GTEST_SKIP() << "this kernel keeps no revisions of a cgroup's programs (before 6.17)";
+  if (revision() == 0) GTEST_SKIP() << kNoRevisions;
   auto access = make_device_access(CgroupVersion::kV2);
   EXPECT_EQ(access->swaps_check_revision(dir_), std::optional<bool>(true));
   DesiredDevices desired;
