@@ -265,7 +265,10 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
           // Seen at the bpf() call's start (lsm/bpf): the look it leads to may come before
           // the attach is installed, so the GPU containers are looked at again 1 ms to 1 s
           // later, as after a program load, naming the attacher.
-          if (e.ahead_of_install && attribution_.program_load(DeviceProgramLoadEvent{e.caller, e.ktime_ns}))
+          if (e.ahead_of_install &&
+              attribution_.program_load(DeviceProgramLoadEvent{e.caller, e.ktime_ns},
+                                        "attaching device program " + std::to_string(e.prog_id),
+                                        /*read_exe=*/false))  // not on the reaction's path
             batch.program_loaded = true;
           batch.program_changes.push_back({w->cgroup_id, std::move(on_container), on_subgroup});
         }
