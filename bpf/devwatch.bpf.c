@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /* devwatch: who changes device access of cgroups, and which GPU opens were denied.
  *
- * BTF-enabled raw tracepoints only (tp_btf; no kprobes/fentry, which not every kernel we
- * run on allows). Two tiers, because of what they cost everything else on the node:
+ * BTF-enabled raw tracepoints (tp_btf), and where the kernel allows them lsm/bpf and fexit
+ * programs for the attach hook (no kprobes). Two tiers, because of what they cost
+ * everything else on the node:
  *
  *  Always attached, on paths unrelated syscalls never take:
  *  - tp_btf/cap_capable (kernel >= 6.14), filtered on the capability first:
@@ -144,6 +145,19 @@ int BPF_PROG(gdw_cap_check, const struct cred *cred, struct user_namespace *targ
   return 0;
 }
 
+/* ---- the write path hook (cgroup v1, kernels without cap_capable) ------------------------------ */
+
+/* Where the kernel allows BPF trampolines: every devices.allow / devices.deny write returns
+ * through here (kernfs calls it for the file's cftype), and nothing else does. The rule
+ * write is reported whole, after the kernel applied it and before the write's inotify
+ * event. */
+SEC("fexit/devcgroup_access_write")
+int BPF_PROG(gdw_fexit_rule_write, struct kernfs_open_file *of, char *buf, size_t nbytes, loff_t off, ssize_t ret) {
+  struct task_struct *task = bpf_get_current_task_btf();
+  if (task->flags & (PF_KTHREAD | PF_IO_WORKER)) return 0;
+  return emit_rule_write_on_write_path(BPF_CORE_READ(of, kn), buf, ret);
+}
+
 /* ---- the attach hook (cgroup v2) ---------------------------------------------------------------- */
 
 SEC("tp_btf/kmalloc")
@@ -157,6 +171,47 @@ int BPF_PROG(gdw_effective_progs, unsigned long call_site, const void *ptr, size
   struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
   if (!regs || SYSCALL_NR(regs) != NR_bpf || in_compat_syscall(task)) return 0;
   return emit_device_program_attaching(task, regs);
+}
+
+/* The attach hook's kinds, cheapest first for the rest of the node; user space attaches
+ * the first the kernel allows (daemon/probe/attach_hooks.h) and loads only those it may:
+ *  - lsm/bpf: every bpf() call, at its start, where bpf is in the active LSM list. Reads
+ *    only cmd and attr, so that it serves security_bpf() with and without its fourth
+ *    argument (bool kernel, newer kernels); decides nothing (returns 0). The attach is
+ *    not made yet: GDW_EVENT_DEVICE_PROGRAM_AHEAD.
+ *  - fexit on cgroup_bpf_prog_attach / cgroup_bpf_link_attach: only cgroup attaches, after
+ *    the kernel installed them (a failed one is not reported), where BPF trampolines are
+ *    allowed.
+ *  - tp_btf/kmalloc (above): every kmalloc of the node, filtered on its call site. */
+static __always_inline bool attach_seen_by_someone_else(struct task_struct *task) {
+  if (ignored_writer_tgid && (bpf_get_current_pid_tgid() >> 32) == ignored_writer_tgid) return false;
+  return !(task->flags & (PF_KTHREAD | PF_IO_WORKER));
+}
+
+SEC("lsm/bpf")
+int BPF_PROG(gdw_lsm_bpf, int cmd, union bpf_attr *attr) {
+  if (cmd != BPF_PROG_ATTACH && cmd != BPF_LINK_CREATE) return 0;
+  struct task_struct *task = bpf_get_current_task_btf();
+  if (!attach_seen_by_someone_else(task) || in_compat_syscall(task)) return 0;
+  emit_device_program_attach_seen(task, cmd, attr, -1, GDW_EVENT_DEVICE_PROGRAM_AHEAD);
+  return 0; /* an LSM program's return is a verdict: never refuse */
+}
+
+SEC("fexit/cgroup_bpf_prog_attach")
+int BPF_PROG(gdw_fexit_prog_attach, const union bpf_attr *attr, enum bpf_prog_type ptype, struct bpf_prog *prog,
+             int ret) {
+  if (ret != 0) return 0;
+  struct task_struct *task = bpf_get_current_task_btf();
+  if (!attach_seen_by_someone_else(task)) return 0;
+  return emit_device_program_attach_seen(task, BPF_PROG_ATTACH, attr, 0, GDW_EVENT_DEVICE_PROGRAM_ATTACHING);
+}
+
+SEC("fexit/cgroup_bpf_link_attach")
+int BPF_PROG(gdw_fexit_link_attach, const union bpf_attr *attr, struct bpf_prog *prog, int ret) {
+  if (ret < 0) return 0;
+  struct task_struct *task = bpf_get_current_task_btf();
+  if (!attach_seen_by_someone_else(task)) return 0;
+  return emit_device_program_attach_seen(task, BPF_LINK_CREATE, attr, ret, GDW_EVENT_DEVICE_PROGRAM_ATTACHING);
 }
 
 /* Run once by user space after load (BPF_PROG_TEST_RUN): the attach hook's call sites. */

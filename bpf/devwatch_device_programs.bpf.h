@@ -247,6 +247,22 @@ static __always_inline int emit_device_program_attaching(struct task_struct *tas
   return 0;
 }
 
+/* The attach hook's other kinds (lsm/bpf, fexit on the cgroup attach path): the bpf()
+ * call's attr as the kernel copied it (`kattr`, a kernel address), `cmd` BPF_PROG_ATTACH or
+ * BPF_LINK_CREATE (`ret`: the new link's fd, or -1 before the call made one). */
+static __always_inline int emit_device_program_attach_seen(struct task_struct *task, int cmd, const void *kattr,
+                                                           long ret, __u32 type) {
+  union bpf_attr attr;
+  __builtin_memset(&attr, 0, sizeof(attr));
+  if (bpf_probe_read_kernel(&attr, ATTR_PREFIX_SIZE, kattr) != 0) return 0;
+  struct device_program_change change = {};
+  bool device = cmd == BPF_PROG_ATTACH ? decode_prog_attach(task, cmd, &attr, &change)
+                                       : decode_link_create(task, &attr, ret, &change);
+  if (!device || !bpf_map_lookup_elem(&program_cgroups, &change.target_cgroup_id)) return 0;
+  submit_device_program_event(&change, 0, type);
+  return 0;
+}
+
 /* A bpf(BPF_PROG_LOAD) of a cgroup device program, seen at a capability check that passed
  * (gdw_cap_check). */
 static __always_inline int emit_device_program_load(struct pt_regs *regs) {

@@ -30,6 +30,10 @@ enum gdw_event_type {
    * (gdw_device_program_event, result 0): the attacher holds cgroup_mutex, so a query made
    * after reading this record sees the attach done or failed. */
   GDW_EVENT_DEVICE_PROGRAM_ATTACHING = 8,
+  /* A BPF_CGROUP_DEVICE attach seen at the start of its bpf() call (lsm/bpf), before the
+   * kernel acts on it: a query made after reading this record may come before the attach
+   * is installed (gdw_device_program_event, result 0). */
+  GDW_EVENT_DEVICE_PROGRAM_AHEAD = 9,
 };
 
 /* Where a rule write was seen (gdw_rule_write_event.seen_at). */
@@ -41,6 +45,10 @@ enum gdw_seen_at {
   GDW_SEEN_AT_PERMISSION_CHECK = 1,
   /* Syscall exit (kernels without the cap_capable tracepoint): the result is known. */
   GDW_SEEN_AT_SYSCALL_EXIT = 2,
+  /* The devices controller's write path (fexit/devcgroup_access_write; kernels without the
+   * cap_capable tracepoint that allow BPF trampolines): the rule as the kernel parsed it
+   * and the result are known; nothing else of the node passes there. */
+  GDW_SEEN_AT_WRITE_PATH = 3,
 };
 
 /* bpf(2) commands reported in gdw_device_program_event.command. */

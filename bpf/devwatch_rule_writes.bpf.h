@@ -97,6 +97,38 @@ static __always_inline __u64 emit_rule_write(struct task_struct *task, struct pt
   return ktime;
 }
 
+/* The devices controller's write handler returning (fexit/devcgroup_access_write): the
+ * file it wrote (`kn`: devices.allow or devices.deny), the rule as the kernel stripped it
+ * (`buf`, kernel memory) and the result. Kernels without the cap_capable tracepoint. */
+static __always_inline int emit_rule_write_on_write_path(struct kernfs_node *kn, const char *buf, long ret) {
+  if (ignored_writer_tgid && (bpf_get_current_pid_tgid() >> 32) == ignored_writer_tgid) return 0;
+  const char *name = BPF_CORE_READ(kn, name);
+  __u32 deny;
+  if (KERNEL_STR_EQUALS(name, "devices.deny"))
+    deny = 1;
+  else if (KERNEL_STR_EQUALS(name, "devices.allow"))
+    deny = 0;
+  else
+    return 0;
+  if (!deny && !report_allow_writes) return 0;
+  struct gdw_rule_write_event *e = reserve_event(sizeof(*e));
+  if (!e) return 0;
+  e->header.type = GDW_EVENT_RULE_WRITE;
+  e->header.reserved = 0;
+  e->header.ktime_ns = bpf_ktime_get_ns();
+  fill_process(&e->writer);
+  struct kernfs_node *directory = kernfs_parent(kn);
+  e->target_cgroup_id = BPF_CORE_READ(directory, id);
+  e->result = ret;
+  e->result_known = 1;
+  e->seen_at = GDW_SEEN_AT_WRITE_PATH;
+  e->deny = deny;
+  long copied = bpf_probe_read_kernel_str(e->rule, GDW_RULE_MAX, buf);
+  e->rule_len = copied > 0 ? (__u32)(copied - 1) : 0; /* without its NUL */
+  bpf_ringbuf_submit(e, rule_write_submit_flags(e->target_cgroup_id, deny));
+  return 0;
+}
+
 /* Syscall exit of a write-family call while the hook is attached: the result of a rule
  * write this thread reported at its permission check. */
 static __always_inline int emit_rule_write_result(struct task_struct *task, struct pt_regs *regs, long ret) {

@@ -85,6 +85,11 @@ class DeviceProgramsV2 final : public DeviceAccess {
   std::vector<std::string> rule_files() const override { return {}; }
   bool policy_in_programs() const override { return true; }
   Result<std::uint32_t> hierarchy_id(const std::string&) const override { return 0u; }
+  std::optional<bool> swaps_check_revision(const std::string& cgroup_dir) const override {
+    auto revision = device_programs_revision(cgroup_dir);
+    if (!revision) return std::nullopt;
+    return *revision != 0;
+  }
 
   Result<DeviceState> observe(const std::string& cgroup_dir, const DesiredDevices& desired) override {
     seen_.reset();
@@ -176,6 +181,7 @@ class DeviceProgramsV2 final : public DeviceAccess {
     }
     report.summary = describe(*installed);
     report.programs_replaced = installed->replaced.size() + installed->detached;
+    report.stale_swaps = installed->stale;
     report.programs_now = count_by_owner(installed->now);
     for (const auto& left : installed->left_attached)
       report.warnings.push_back("device program " + std::to_string(left.program.id) + " (" + left.program.name +

@@ -44,6 +44,9 @@ struct GrantReport {
   std::vector<std::string> warnings;
   std::size_t programs_replaced = 0;
   std::size_t programs_loaded = 0;  // v2: wrappers loaded while the grant ran (a verifier run each)
+  // v2 (Linux 6.17+): swaps and detaches the kernel refused because the cgroup's programs
+  // changed after the query they were decided on (ESTALE); each was looked at again at once.
+  std::size_t stale_swaps = 0;
   std::optional<ProgramCounts> programs_now;  // by owner, when the grant re-read them
   std::optional<Error> failure;  // the whole grant failed (the outcomes carry it too)
 };
@@ -67,6 +70,13 @@ class DeviceAccess {
   // Whether the policy is in device programs: program loads, attaches and systemd's
   // reloads change it without a file write, so it is re-read on those and periodically.
   virtual bool policy_in_programs() const = 0;
+  // v2: whether repairs' swaps carry the revision of the query they were decided on (the
+  // kernel refuses them when the cgroup changed since: Linux 6.17+), read from a query of
+  // `cgroup_dir`; nullopt where the policy is not in programs or the query failed.
+  virtual std::optional<bool> swaps_check_revision(const std::string& cgroup_dir) const {
+    (void)cgroup_dir;
+    return std::nullopt;
+  }
   // The hierarchy id the probe's cgroup_mkdir events carry for this tree (cgroup2: 0; a v1
   // controller's from <proc_root>/cgroups).
   virtual Result<std::uint32_t> hierarchy_id(const std::string& proc_root) const = 0;

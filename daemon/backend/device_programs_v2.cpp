@@ -18,6 +18,7 @@
 #include <set>
 #include <string_view>
 
+#include "backend/cgroup_bpf_calls.h"
 #include "backend/device_program_cache.h"
 #include "backend/device_programs_v2_kernel.h"
 #include "backend/kept_cgroup_dirs.h"
@@ -50,17 +51,20 @@ Result<AttachedIds> query_ids(int cgroup_fd, const std::string& dir) {
   AttachedIds out;
   std::vector<std::uint32_t> ids(16);
   for (;;) {
-    auto count = static_cast<std::uint32_t>(ids.size());
-    if (bpf_prog_query(cgroup_fd, BPF_CGROUP_DEVICE, 0, &out.attach_flags, ids.data(), &count) == 0) {
-      ids.resize(count);
+    cgroup_bpf::Query q;
+    const int err = cgroup_bpf::query_device_programs(cgroup_fd, ids.data(), static_cast<std::uint32_t>(ids.size()), q);
+    if (err == 0) {
+      ids.resize(q.count);
       out.ids = std::move(ids);
+      out.attach_flags = q.attach_flags;
+      out.revision = q.revision;
       return out;
     }
     // ENOSPC: more programs than room; the kernel reported how many there are.
     // ENOENT: the cgroup was removed (the kernel refuses an offline one).
-    if (errno != ENOSPC || count <= ids.size())
-      return errno_error(errno, "querying the device programs of " + dir + ": " + errno_text(errno));
-    ids.resize(count);
+    if (err != ENOSPC || q.count <= ids.size())
+      return errno_error(err, "querying the device programs of " + dir + ": " + errno_text(err));
+    ids.resize(q.count);
   }
 }
 
@@ -257,7 +261,7 @@ Status look_at(const std::shared_ptr<const int>& fd, const std::string& dir, con
   auto programs = v2_kernel::describe_attached(*fd, dir, cache, nullptr, &ids);
   if (!programs) return programs.error();
   for (auto& p : *programs) p.subgroup = subgroup;
-  snapshot.cgroups.push_back({subgroup, ids.attach_flags, std::move(*programs), fd});
+  snapshot.cgroups.push_back({subgroup, ids.attach_flags, std::move(*programs), fd, ids.revision});
   return {};
 }
 
@@ -322,6 +326,17 @@ Result<std::optional<DeviceProgramsSnapshot>> snapshot_attached_program(const st
   const std::uint32_t mode = attach_flags & (BPF_F_ALLOW_MULTI | BPF_F_ALLOW_OVERRIDE);
   snapshot.cgroups.push_back({"", mode, {std::move(*program)}, dir->fd});
   return std::optional(std::move(snapshot));
+}
+
+Result<std::uint64_t> device_programs_revision(const std::string& dir) {
+  auto fd = v2_kernel::open_cgroup(dir);
+  if (!fd) return fd.error();
+  cgroup_bpf::Query q;
+  // No room for ids: the count and the revision are all this asks (ENOSPC when there are any).
+  const int err = cgroup_bpf::query_device_programs(fd->get(), nullptr, 0, q);
+  if (err != 0 && err != ENOSPC)
+    return errno_error(err, "querying the device programs of " + dir + ": " + errno_text(err));
+  return q.revision;
 }
 
 Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir,

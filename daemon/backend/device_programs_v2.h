@@ -92,6 +92,9 @@ struct DeviceProgramsSnapshot {
     // The cgroup as opened for this look, or kept open between looks (closed with the last
     // copy): a grant that follows acts through it rather than looking the path up again.
     std::shared_ptr<const int> fd;
+    // The cgroup's revision, read with the ids (Linux 6.17+); 0: none (an older kernel, or
+    // a look at one program, which makes no query).
+    std::uint64_t revision = 0;
   };
   std::vector<Cgroup> cgroups;
   std::vector<AttachedDeviceProgram> all() const;  // every program, own cgroup's first
@@ -113,6 +116,10 @@ Result<std::optional<DeviceProgramsSnapshot>> snapshot_attached_program(const st
                                                                         DeviceProgramCache& cache, KeptCgroupDirs& kept);
 // The same for a one-shot look (a cache of its own).
 Result<std::vector<AttachedDeviceProgram>> query_device_programs(const std::string& cgroup_dir);
+
+// The revision of the device programs attached to cgroup `dir` (Linux 6.17+: from 1 up);
+// 0 on a kernel that keeps none.
+Result<std::uint64_t> device_programs_revision(const std::string& dir);
 
 // Does the ordered rule list allow `dev` with `access` (runc's filter semantics)?
 bool oci_rules_allow(const std::vector<OciDeviceCgroupRule>& rules, const DeviceNumber& dev, std::uint8_t access);
@@ -176,6 +183,11 @@ struct V2Repair {
   // still at work), which its own attach event or the next look answers.
   std::vector<WantedDevice> refused;
   std::size_t detached = 0;  // programs detached beside a wrapper running their code
+  // Swaps and detaches that carried the revision their query read (expected_revision), and
+  // of those, the ones the kernel refused as stale (ESTALE: the cgroup's programs changed
+  // since): each was decided again at once on a fresh query.
+  std::size_t checked = 0;
+  std::size_t stale = 0;
 };
 
 // Replaces each program that denies a wanted device with our wrapper around it (see the
@@ -187,11 +199,20 @@ struct V2Repair {
 // kRepairRounds rounds. Errors: the cgroup cannot be opened or queried, a load the
 // verifier rejects, a failed attach; each names the cgroup and the errno text.
 inline constexpr int kRepairRounds = 8;
+// A round's swaps and detaches carry the revision its query read, where the kernel keeps one
+// (Linux 6.17+): a change to the cgroup by anyone else between the query and the act makes
+// the kernel refuse it (ESTALE), and the repair queries again at once and decides afresh,
+// without a back-off, at most kMaxStaleLooks times (they use up no round). A kernel
+// without revisions (or RevisionCheck::kNever) acts as before: a swap names the program it
+// replaces (BPF_F_REPLACE), and the next round's query sees whatever changed beside it.
+inline constexpr int kMaxStaleLooks = 2 * kRepairRounds;
+enum class RevisionCheck { kWhereKept, kNever };
 // `seen`: a snapshot just taken (an observation microseconds ago) stands for each cgroup's
 // first query; acting on it is safe however old it is (a program no longer where it was is
-// not replaced, and the next round queries again).
+// not replaced, a revision changed since is refused, and the next round queries again).
 Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,
-                                       DeviceProgramCache& cache, const DeviceProgramsSnapshot* seen = nullptr);
+                                       DeviceProgramCache& cache, const DeviceProgramsSnapshot* seen = nullptr,
+                                       RevisionCheck check = RevisionCheck::kWhereKept);
 // The same for a one-shot repair (a cache of its own; the wrappers stay attached).
 Result<V2Repair> repair_device_programs(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted);
 

@@ -48,6 +48,7 @@ std::vector<DeviceCgroup> device_cgroups_of(const std::string& container_dir);
 struct AttachedIds {
   std::vector<std::uint32_t> ids;
   std::uint32_t attach_flags = 0;  // the cgroup's mode for this attach type
+  std::uint64_t revision = 0;      // read with the ids (Linux 6.17+); 0: the kernel keeps none
 };
 
 // Program `id`, read from the kernel (not `link` or `subgroup`); nullopt when it is gone.

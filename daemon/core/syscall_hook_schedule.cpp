@@ -2,15 +2,11 @@
 
 namespace gdw {
 
-SyscallHookSchedule::SyscallHookSchedule(SyscallHookPolicy policy, std::chrono::milliseconds linger,
-                                         bool rule_writes_need_hook, bool observe)
+SyscallHookSchedule::SyscallHookSchedule(SyscallHookPolicy policy, std::chrono::milliseconds linger, bool observe)
     : policy_(policy), linger_(linger) {
   if (policy_ != SyscallHookPolicy::kAuto) return;
-  policy_ = rule_writes_need_hook || observe ? SyscallHookPolicy::kAlways : SyscallHookPolicy::kOnDrift;
-  if (rule_writes_need_hook)
-    always_reason_ = "always attached: rule writers are seen only there on this kernel";
-  else if (observe)
-    always_reason_ = "always attached in observe mode: every denied open is counted";
+  policy_ = observe ? SyscallHookPolicy::kAlways : SyscallHookPolicy::kOnDrift;
+  if (observe) always_reason_ = "always attached in observe mode: every denied open is counted";
 }
 
 SyscallHookSchedule::Decision SyscallHookSchedule::update(bool drift, Clock::time_point now) {

@@ -1,12 +1,15 @@
 // When the probe's syscall hook should be attached. The hook (tp_btf/sys_exit) sees denied
 // opens, exact cgroup v2 program changes and rule-write results, but slows every syscall
-// on the node while attached; the always-on part of the probe names rule writers without
-// it on kernels with the cap_capable tracepoint. So by default the hook is attached while
-// a GPU container is missing a device it should have (that is when its opens fail), and
-// for a linger period after, so a flapping container does not attach/detach it each time.
-// In observe mode nothing is repaired and the denied opens are what a user watches for:
-// `auto` keeps the hook attached from the start, so even the first opens after a
-// revocation are counted (a hook attached on drift comes a few milliseconds late).
+// on the node while attached. So by default (`auto`) the hook is attached while a GPU
+// container is missing a device it should have (that is when its opens fail), and for a
+// linger period after, so a flapping container does not attach/detach it each time. No
+// kernel makes `auto` keep it attached for good: rule writers are named by the always-on
+// part of the probe (at the permission check from 6.14, on the devices controller's write
+// path where the kernel allows fexit), and where neither can be had their attribution
+// degrades (named only while the hook is attached) rather than every syscall of the node
+// paying for it. In observe mode nothing is repaired and the denied opens are what a user
+// watches for: `auto` keeps the hook attached from the start there, so even the first opens
+// after a revocation are counted (a hook attached on drift comes a few milliseconds late).
 #pragma once
 
 #include <chrono>
@@ -27,11 +30,8 @@ class SyscallHookSchedule {
     const char* reason = "";
   };
 
-  // rule_writes_need_hook: the probe sees rule writes only through the hook (no
-  // cap_capable tracepoint), which makes `auto` attach it permanently; so does `observe`
-  // (mode: observe).
-  SyscallHookSchedule(SyscallHookPolicy policy, std::chrono::milliseconds linger, bool rule_writes_need_hook,
-                      bool observe = false);
+  // observe: mode observe, where `auto` keeps the hook attached.
+  SyscallHookSchedule(SyscallHookPolicy policy, std::chrono::milliseconds linger, bool observe = false);
 
   // `drift`: some GPU container is missing a device it should have, as of `now`.
   Decision update(bool drift, Clock::time_point now);

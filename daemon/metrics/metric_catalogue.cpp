@@ -72,13 +72,25 @@ const std::vector<MetricFamilySpec> kFamilies = {
      "results); it slows every syscall on the node.",
      {}, Series::kAtStart},
     {Id::kAttachHookAttached, Type::kGauge, "gpu_devwatch_probe_attach_hook_attached",
-     "1 while the probe's attach hook is attached (cgroup v2: device program attaches to GPU containers "
-     "seen as they happen); 0: a program load makes every GPU container's programs be read again.",
-     {}, Series::kAtStart},
+     "1 for the kind of the probe's attach hook attached (cgroup v2: device program attaches to GPU "
+     "containers seen as they happen), the cheapest the kernel allows: lsm (lsm/bpf), fexit (the cgroup "
+     "attach path), kmalloc (tp_btf/kmalloc); all 0: a program load makes every GPU container's programs be "
+     "read again.",
+     {"kind"}, Series::kAtStart, {"lsm", "fexit", "kmalloc"}},
     {Id::kCapabilityHookAttached, Type::kGauge, "gpu_devwatch_probe_capability_hook_attached",
      "1 while the probe's capability hook is attached (cgroup v1: rule writers named at their permission "
      "check; cgroup v2 without the attach hook: device program loads). It runs on every capability check "
      "of the node, so it is attached only where the device policy needs it.",
+     {}, Series::kAtStart},
+    {Id::kWritePathHookAttached, Type::kGauge, "gpu_devwatch_probe_write_path_hook_attached",
+     "1 while the probe sees cgroup v1 rule writes on the devices controller's write path "
+     "(fexit/devcgroup_access_write: kernels before 6.14 that allow BPF trampolines); nothing else of the "
+     "node passes there.",
+     {}, Series::kAtStart},
+    {Id::kRuleWritersDegraded, Type::kGauge, "gpu_devwatch_probe_rule_writers_degraded",
+     "1 on a cgroup v1 node whose kernel lets the probe see rule writes neither at the permission check "
+     "(cap_capable, 6.14+) nor on the write path (fexit): their writers are named only while the syscall "
+     "hook is attached (a GPU container missing devices), not for the write that revoked.",
      {}, Series::kAtStart},
     {Id::kPodResourcesCalls, Type::kCounter, "gpu_devwatch_pod_resources_calls_total",
      "Calls to kubelet's PodResources List, by result (ok, socket-absent, deadline-exceeded, "
@@ -119,6 +131,16 @@ const std::vector<MetricFamilySpec> kFamilies = {
      "cgroup v2: wrapper programs the daemon loaded, a verifier run each: while a repair waited "
      "(when=\"repair\"), or after a repair, ahead of the next ones (when=\"ahead\").",
      {"when"}, Series::kAtStart, {"repair", "ahead"}},
+    {Id::kDeviceProgramStaleSwaps, Type::kCounter, "gpu_devwatch_device_program_stale_swaps_total",
+     "cgroup v2 (Linux 6.17+): swaps and detaches of device programs the kernel refused because the "
+     "cgroup's programs changed after the query they were decided on (ESTALE); each was decided again "
+     "at once on a fresh query.",
+     {}, Series::kAtStart},
+    {Id::kDeviceProgramSwapRevisions, Type::kGauge, "gpu_devwatch_device_program_swap_revisions",
+     "cgroup v2: 1 when repairs swap device programs with the revision of the query they were decided on "
+     "(expected_revision, Linux 6.17+), 0 when the kernel keeps no revisions (the swap names the program it "
+     "replaces, BPF_F_REPLACE).",
+     {}, Series::kOnUse},
     {Id::kApplyWaits, Type::kCounter, "gpu_devwatch_apply_waits_total",
      "Checks that waited for a runtime's own apply to end before granting, by what ended the wait: "
      "the writer's exit (writer_exit), the runtime's create (create), rule writes going quiet "

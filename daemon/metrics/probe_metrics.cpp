@@ -17,8 +17,17 @@ void ProbeMetrics::set_syscall_hook_attached(bool attached) {
   m_->gauge(Id::kSyscallHookAttached).Set(attached ? 1 : 0);
 }
 
-void ProbeMetrics::set_attach_hook_attached(bool attached) {
-  m_->gauge(Id::kAttachHookAttached).Set(attached ? 1 : 0);
+void ProbeMetrics::set_attach_hook_attached(std::optional<AttachHookKind> kind) {
+  for (AttachHookKind k : {AttachHookKind::kLsm, AttachHookKind::kFexit, AttachHookKind::kKmalloc})
+    m_->gauges(Id::kAttachHookAttached).Add({{"kind", std::string(to_string(k))}}).Set(kind == k ? 1 : 0);
+}
+
+void ProbeMetrics::set_write_path_hook_attached(bool attached) {
+  m_->gauge(Id::kWritePathHookAttached).Set(attached ? 1 : 0);
+}
+
+void ProbeMetrics::set_rule_writers_degraded(bool degraded) {
+  m_->gauge(Id::kRuleWritersDegraded).Set(degraded ? 1 : 0);
 }
 
 void ProbeMetrics::set_capability_hook_attached(bool attached) {

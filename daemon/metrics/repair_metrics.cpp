@@ -35,6 +35,14 @@ void RepairMetrics::programs_loaded(std::size_t n, bool ahead) {
   m_->counters(Id::kDeviceProgramsLoaded).Add({{"when", ahead ? "ahead" : "repair"}}).Increment(static_cast<double>(n));
 }
 
+void RepairMetrics::stale_swaps(std::size_t n) {
+  m_->counter(Id::kDeviceProgramStaleSwaps).Increment(static_cast<double>(n));
+}
+
+void RepairMetrics::set_swap_revisions(bool checked) {
+  m_->gauges(Id::kDeviceProgramSwapRevisions).Add({}).Set(checked ? 1 : 0);
+}
+
 }  // namespace gdw
 
 namespace gdw {

@@ -25,6 +25,10 @@ class RepairMetrics {
   void programs_replaced(std::size_t n);
   // cgroup v2: wrappers loaded while a repair waited, or ahead of the next repairs.
   void programs_loaded(std::size_t n, bool ahead);
+  // cgroup v2: swaps refused as stale (ESTALE) and looked at again.
+  void stale_swaps(std::size_t n);
+  // cgroup v2: whether swaps carry the revision of their query (Linux 6.17+).
+  void set_swap_revisions(bool checked);
   // A check waited for a runtime's apply to end; `until`: what ended the wait
   // (core/apply_wait.h: writer_exit, create, quiet, limit).
   void apply_wait(std::string_view until);

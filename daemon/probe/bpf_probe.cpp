@@ -1,6 +1,8 @@
-// gdw::Probe on the devwatch skeleton (bpf/devwatch.bpf.c): tp_btf programs, attached by
-// BTF id (no tracefs needed), and one ring buffer. Not thread-safe: one thread, the
-// daemon's event loop, owns it.
+// gdw::Probe on the devwatch skeleton (bpf/devwatch.bpf.c), its loading side: the object
+// loaded with the attach hook's kinds the kernel allows (probe/attach_hooks.h), the
+// always-on programs attached, and the hooks attached and detached as the node needs
+// them (tp_btf programs attached by BTF id, no tracefs needed; lsm and fexit programs
+// where allowed). The ring buffers and maps: bpf_probe_maps.cpp.
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
@@ -17,26 +19,16 @@
 
 #include "devwatch.skel.h"
 #include "devwatch_events.h"
+#include "probe/attach_hooks.h"
+#include "probe/bpf_probe_impl.h"
 #include "probe/libbpf_log.h"
 #include "probe/probe.h"
 #include "probe/probe_records.h"
 
-namespace gdw {
+namespace gdw::probe_detail {
 namespace {
 
 constexpr const char* kKernelBtf = "/sys/kernel/btf/vmlinux";
-constexpr const char* kPrivilegeHint =
-    "it needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), and kernel lockdown in "
-    "'confidentiality' mode forbids it";
-
-Error load_error(const std::string& step, int err) {
-  auto log = libbpf_log_tail(256);
-  if (auto explained = explain_libbpf_failure(log)) return Error{step + ": " + *explained};
-  if (err == -EPERM) return Error{step + ": permission denied; " + kPrivilegeHint};
-  std::string tail;
-  for (std::size_t i = log.size() > 3 ? log.size() - 3 : 0; i < log.size(); ++i) tail += " | " + log[i];
-  return Error{step + ": " + errno_text(err) + (tail.empty() ? "" : " (libbpf:" + tail.substr(2) + ")")};
-}
 
 // Whether the running kernel has the cap_capable tracepoint (added in 6.14).
 bool kernel_has_cap_capable_tracepoint() {
@@ -47,83 +39,31 @@ bool kernel_has_cap_capable_tracepoint() {
   return found;
 }
 
-class BpfProbe final : public Probe {
- public:
-  BpfProbe(devwatch* skeleton, bool rule_writes_need_hook)
-      : skeleton_(skeleton), rule_writes_need_hook_(rule_writes_need_hook) {}
-  ~BpfProbe() override {
-    ring_buffer__free(ring_);
-    bpf_link__destroy(syscall_hook_);
-    bpf_link__destroy(attach_hook_);
-    bpf_link__destroy(capability_hook_);
-    for (bpf_link* link : links_) bpf_link__destroy(link);
-    devwatch::destroy(skeleton_);
-  }
-  BpfProbe(const BpfProbe&) = delete;
-  BpfProbe& operator=(const BpfProbe&) = delete;
-
-  Status attach_always_on();
-  // The attach hook's call sites looked up (gdw_lookup_symbols, run once); where that
-  // cannot be done attach_hook_problem() says why and it is never attached.
-  void prepare_attach_hook();
-  void set_attach_hook_problem(std::string problem) { attach_hook_problem_ = std::move(problem); }
-  Status remember_existing_device_links();
-  Status open_ring_buffer();
-
-  Status set_syscall_hook(bool attached) override;
-  bool syscall_hook_attached() const override { return syscall_hook_ != nullptr; }
-  bool rule_writes_need_syscall_hook() const override { return rule_writes_need_hook_; }
-  bool attach_hook() const override { return attach_hook_ != nullptr; }
-  const std::string& attach_hook_problem() const override { return attach_hook_problem_; }
-  Status focus(DevicePolicyForm form) override;
-  bool capability_hook() const override { return capability_hook_ != nullptr; }
-
-  int fd() const override { return ring_buffer__epoll_fd(ring_); }
-  Result<int> consume(const std::function<void(const ProbeEvent&)>& handler, int max_records) override;
-  Status watch_cgroup(std::uint64_t cgroup_id) override;
-  Status unwatch_cgroup(std::uint64_t cgroup_id) override;
-  Result<std::uint64_t> other_denied_opens(std::uint64_t cgroup_id) const override;
-  Status watch_major(std::uint32_t major) override;
-  Status watch_program_cgroup(std::uint64_t cgroup_id) override;
-  Status unwatch_program_cgroup(std::uint64_t cgroup_id) override;
-  Status watch_device_node(const std::string& path, std::uint32_t major, std::uint32_t minor) override;
-  ProbeStats stats() const override;
-
- private:
-  static int on_record(void* self, void* data, std::size_t size);
-  int deliver(std::string_view record);
-  Status set_attach_hook(bool attached);
-  Status set_capability_hook(bool attached);
-
-  devwatch* skeleton_;
-  bool rule_writes_need_hook_;
-  std::vector<bpf_link*> links_;
-  bpf_link* syscall_hook_ = nullptr;
-  bpf_link* attach_hook_ = nullptr;
-  bool attach_hook_usable_ = false;  // loaded and its call sites found
-  std::string attach_hook_problem_;
-  bpf_link* capability_hook_ = nullptr;
-  ring_buffer* ring_ = nullptr;
-  // Set only while consume() runs.
-  const std::function<void(const ProbeEvent&)>* handler_ = nullptr;
-  int delivered_ = 0;
-  int records_left_ = 0;
-  std::optional<Error> consume_error_;
-  std::uint64_t events_ = 0;
-};
-
-// What on_record returns once consume()'s budget is spent. libbpf (checked in 1.1.2's
-// ringbuf_process_ring; ring_buffer__consume_n came later) stops at a negative return,
-// with the consumer position already past that record, and ring_buffer__consume returns
-// the value: the record is handled, the rest waits.
-constexpr int kBudgetSpent = -EAGAIN;
 
 // The programs attached apart: the syscall hook (on demand), the attach hook's pair and
 // the capability hook (as the node's device policy needs them: focus()).
 bool attached_apart(const devwatch* skeleton, const bpf_program* program) {
   return program == skeleton->progs.gdw_sys_exit || program == skeleton->progs.gdw_effective_progs ||
-         program == skeleton->progs.gdw_lookup_symbols || program == skeleton->progs.gdw_cap_check;
+         program == skeleton->progs.gdw_lookup_symbols || program == skeleton->progs.gdw_cap_check ||
+         program == skeleton->progs.gdw_lsm_bpf || program == skeleton->progs.gdw_fexit_prog_attach ||
+         program == skeleton->progs.gdw_fexit_link_attach || program == skeleton->progs.gdw_fexit_rule_write;
 }
+
+// The programs of an attach hook's kind (gdw_lookup_symbols goes with kmalloc, run once).
+std::vector<bpf_program*> programs_of(const devwatch* skeleton, AttachHookKind kind) {
+  switch (kind) {
+    case AttachHookKind::kLsm: return {skeleton->progs.gdw_lsm_bpf};
+    case AttachHookKind::kFexit: return {skeleton->progs.gdw_fexit_prog_attach, skeleton->progs.gdw_fexit_link_attach};
+    case AttachHookKind::kKmalloc: return {skeleton->progs.gdw_effective_progs, skeleton->progs.gdw_lookup_symbols};
+    case AttachHookKind::kCapability: return {};
+  }
+  return {};
+}
+
+// The attach hook's kinds proper, in the order they are tried.
+constexpr AttachHookKind kHookKinds[] = {AttachHookKind::kLsm, AttachHookKind::kFexit, AttachHookKind::kKmalloc};
+
+}  // namespace
 
 Status BpfProbe::attach_always_on() {
   bpf_program* program = nullptr;
@@ -142,25 +82,24 @@ Status BpfProbe::attach_always_on() {
 }
 
 void BpfProbe::prepare_attach_hook() {
-  if (!bpf_program__autoload(skeleton_->progs.gdw_effective_progs)) return;  // problem set at load
+  std::string& refused = refusal_of(refusals_, AttachHookKind::kKmalloc);
+  if (!refused.empty() || !bpf_program__autoload(skeleton_->progs.gdw_effective_progs)) return;
   LIBBPF_OPTS(bpf_test_run_opts, run);
   if (bpf_prog_test_run_opts(bpf_program__fd(skeleton_->progs.gdw_lookup_symbols), &run) != 0) {
-    attach_hook_problem_ = "looking up its call sites: " + errno_text(errno);
+    refused = "looking up its call sites: " + errno_text(errno);
     return;
   }
   bool found = false;
   for (std::uint64_t site : skeleton_->bss->effective_progs_sites) found |= site != 0;
   if (!found) {
-    attach_hook_problem_ = "none of its call sites (compute_effective_progs, update_effective_progs, "
-                           "bpf_prog_array_alloc) is in the kernel's symbols (kptr_restrict, lockdown?)";
-    return;
+    refused = "none of its call sites (compute_effective_progs, update_effective_progs, "
+              "bpf_prog_array_alloc) is in the kernel's symbols (kptr_restrict, lockdown?)";
   }
-  attach_hook_usable_ = true;
 }
 
 // Attaches `program` (as `link`) or destroys its link; nothing when already so. false:
 // the attach failed, with errno set.
-bool set_link(bpf_link*& link, bpf_program* program, bool attached) {
+static bool set_link(bpf_link*& link, bpf_program* program, bool attached) {
   if (attached == (link != nullptr)) return true;
   if (!attached) {
     bpf_link__destroy(link);
@@ -172,12 +111,66 @@ bool set_link(bpf_link*& link, bpf_program* program, bool attached) {
   return link != nullptr;
 }
 
-Status BpfProbe::set_attach_hook(bool attached) {
-  if (set_link(attach_hook_, skeleton_->progs.gdw_effective_progs, attached)) return {};
-  Error failed = load_error("attaching it (tp_btf/kmalloc)", -errno);
-  attach_hook_problem_ = failed.message;
-  attach_hook_usable_ = false;  // not tried again on every focus
-  return failed;
+bool BpfProbe::attach_kind(AttachHookKind kind) {
+  if (attach_hook_kind_ == kind) return true;
+  std::string& refused = refusal_of(refusals_, kind);
+  if (!refused.empty()) return false;
+  std::vector<bpf_link*> links;
+  for (bpf_program* program : programs_of(skeleton_, kind)) {
+    if (program == skeleton_->progs.gdw_lookup_symbols) continue;  // run once, never attached
+    clear_libbpf_log();
+    bpf_link* link = bpf_program__attach(program);
+    if (!link) {
+      // Not tried again on every focus.
+      refused = load_error("attaching " + std::string(bpf_program__name(program)) + " (" +
+                               bpf_program__section_name(program) + ")",
+                           -errno)
+                    .message;
+      for (bpf_link* l : links) bpf_link__destroy(l);
+      return false;
+    }
+    links.push_back(link);
+  }
+  detach_attach_hook();
+  attach_hook_ = std::move(links);
+  attach_hook_kind_ = kind;
+  return true;
+}
+
+void BpfProbe::detach_attach_hook() {
+  for (bpf_link* link : attach_hook_) bpf_link__destroy(link);
+  attach_hook_.clear();
+  attach_hook_kind_.reset();
+}
+
+AttachHookChoice BpfProbe::attach_hook_choice() const {
+  AttachHookRefusals shown = refusals_;
+  for (AttachHookKind kind : kHookKinds) {
+    if (kind == attach_hook_kind_) {
+      refusal_of(shown, kind).clear();
+      break;
+    }
+    // Loaded, but not what is attached (a cgroup v1 node, or use_attach_hook()).
+    if (refusal_of(shown, kind).empty()) refusal_of(shown, kind) = "not attached";
+  }
+  return choose_attach_hook(shown);
+}
+
+Status BpfProbe::use_attach_hook(AttachHookKind kind) {
+  if (kind == AttachHookKind::kCapability) {
+    detach_attach_hook();
+    skeleton_->data->report_program_loads = true;
+    return set_capability_hook(true);
+  }
+  if (!attach_kind(kind)) return Error{std::string(hook_point(kind)) + ": " + refusal_of(refusals_, kind)};
+  skeleton_->data->report_program_loads = false;
+  return set_capability_hook(false);
+}
+
+Status BpfProbe::set_write_hook(bool attached) {
+  if (!write_hook_refusal_.empty() || !bpf_program__autoload(skeleton_->progs.gdw_fexit_rule_write)) return {};
+  if (set_link(write_hook_, skeleton_->progs.gdw_fexit_rule_write, attached)) return {};
+  return load_error("attaching the write path hook (gdw_fexit_rule_write, fexit/devcgroup_access_write)", -errno);
 }
 
 Status BpfProbe::set_capability_hook(bool attached) {
@@ -190,18 +183,23 @@ Status BpfProbe::set_capability_hook(bool attached) {
 // device policy needs. Wanted hooks are attached before unwanted ones are detached: no
 // moment sees neither.
 Status BpfProbe::focus(DevicePolicyForm form) {
-  const bool attach_wanted = form != DevicePolicyForm::kRuleFiles && attach_hook_usable_;
-  // A refusal is kept in attach_hook_problem(): the probe works on without it.
-  if (attach_wanted) (void)set_attach_hook(true);
-  const bool attaches_seen = attach_hook_ != nullptr;
+  const bool attach_wanted = form != DevicePolicyForm::kRuleFiles;
+  // The first kind the kernel takes; a refusal is kept (attach_hook_choice()): the probe
+  // works on without it.
+  if (attach_wanted && !attach_hook_kind_)
+    for (AttachHookKind kind : kHookKinds)
+      if (attach_kind(kind)) break;
+  const bool attaches_seen = attach_hook_kind_.has_value();
   // Without the attach hook, a program load (its CAP_BPF check) is what cgroup v2 shows.
   const bool capability_wanted = (form != DevicePolicyForm::kPrograms || !attaches_seen) &&
                                  bpf_program__autoload(skeleton_->progs.gdw_cap_check);
   Status capability = capability_wanted ? set_capability_hook(true) : Status{};
+  // Where the capability hook does not exist, rule writes on the write path (cgroup v1).
+  Status write_path = set_write_hook(form != DevicePolicyForm::kPrograms);
   skeleton_->data->report_program_loads = form != DevicePolicyForm::kRuleFiles && !attaches_seen;
-  if (!attach_wanted) (void)set_attach_hook(false);
+  if (!attach_wanted) detach_attach_hook();
   if (!capability_wanted) (void)set_capability_hook(false);
-  return capability;
+  return capability ? write_path : capability;
 }
 
 Status BpfProbe::set_syscall_hook(bool attached) {
@@ -215,216 +213,99 @@ Status BpfProbe::set_syscall_hook(bool attached) {
   return {};
 }
 
-// The kernel side learns BPF_CGROUP_DEVICE links from LINK_CREATE; links made before the
-// probe was attached are listed here, so that their detach still names the cgroup.
-Status BpfProbe::remember_existing_device_links() {
-  std::uint32_t id = 0;
-  int listing_error = 0;
-  for (;;) {
-    if (bpf_link_get_next_id(id, &id) != 0) {
-      listing_error = errno;
-      break;
-    }
-    int fd = bpf_link_get_fd_by_id(id);
-    if (fd < 0) continue;  // released meanwhile
-    bpf_link_info info{};
-    std::uint32_t length = sizeof(info);
-    int err = bpf_obj_get_info_by_fd(fd, &info, &length);
-    ::close(fd);
-    if (err != 0 || info.type != BPF_LINK_TYPE_CGROUP || info.cgroup.attach_type != BPF_CGROUP_DEVICE) continue;
-    gdw_device_link link{info.cgroup.cgroup_id, info.prog_id, 0};
-    // NOEXIST: an entry the kernel side wrote since attaching is at least as fresh.
-    bpf_map__update_elem(skeleton_->maps.cgroup_device_links, &id, sizeof(id), &link, sizeof(link), BPF_NOEXIST);
-  }
-  if (listing_error != ENOENT) {  // ENOENT: past the last link
-    return Error{"listing existing BPF links: " + errno_text(listing_error) +
-                 (listing_error == EPERM ? " (needs CAP_SYS_ADMIN)" : "")};
-  }
-  return {};
+namespace {
+
+// The attach hook's kind whose program libbpf names in its log as the one that failed to
+// load; nullopt when none of theirs is named.
+std::optional<AttachHookKind> kind_that_failed(const devwatch* skeleton) {
+  const auto log = libbpf_log_tail(64);
+  for (AttachHookKind kind : kHookKinds)
+    for (const bpf_program* program : programs_of(skeleton, kind))
+      for (const auto& line : log)
+        if (line.find("prog '" + std::string(bpf_program__name(program)) + "'") != std::string::npos) return kind;
+  return std::nullopt;
 }
 
-// Two rings, consumed in this order: rule writes, device programs and cgroup events first,
-// then denied opens (a tenant can fill that ring; it cannot delay the other).
-Status BpfProbe::open_ring_buffer() {
-  clear_libbpf_log();
-  ring_ = ring_buffer__new(bpf_map__fd(skeleton_->maps.events), &BpfProbe::on_record, this, nullptr);
-  if (!ring_) return load_error("opening the probe ring buffer", -errno);
-  clear_libbpf_log();
-  if (int err = ring_buffer__add(ring_, bpf_map__fd(skeleton_->maps.denied_open_events), &BpfProbe::on_record, this);
-      err != 0)
-    return load_error("opening the probe's denied-open ring buffer", err);
-  return {};
-}
-
-int BpfProbe::on_record(void* self, void* data, std::size_t size) {
-  return static_cast<BpfProbe*>(self)->deliver(std::string_view(static_cast<const char*>(data), size));
-}
-
-// Constant work per record: decode, hand over. Nothing here may block or look anything up.
-int BpfProbe::deliver(std::string_view record) {
-  const int done = --records_left_ <= 0 ? kBudgetSpent : 0;
-  auto event = decode_probe_record(record);
-  if (!event) {
-    // Skip it and keep draining; consume() reports the first one.
-    if (!consume_error_) consume_error_ = event.error();
-    return done;
-  }
-  try {
-    (*handler_)(*event);
-  } catch (const std::exception& e) {
-    consume_error_ = Error{std::string("probe event handler failed: ") + e.what()};
-    return -ECANCELED;  // stops ring_buffer__consume; later records stay for the next call
-  } catch (...) {
-    consume_error_ = Error{"probe event handler failed with a non-standard exception"};
-    return -ECANCELED;
-  }
-  ++delivered_;
-  ++events_;
-  return done;
-}
-
-Result<int> BpfProbe::consume(const std::function<void(const ProbeEvent&)>& handler, int max_records) {
-  handler_ = &handler;
-  delivered_ = 0;
-  records_left_ = max_records > 0 ? max_records : 1;
-  consume_error_.reset();
-  int consumed = ring_buffer__consume(ring_);
-  handler_ = nullptr;
-  if (consume_error_) return *consume_error_;
-  if (consumed < 0 && consumed != kBudgetSpent) return Error{"reading the probe ring buffer: " + errno_text(consumed)};
-  return delivered_;
-}
-
-// Values of watched_cgroups are per-CPU counters (denied opens of other paths).
-std::size_t per_cpu_slots() {
-  int cpus = libbpf_num_possible_cpus();
-  return cpus > 0 ? static_cast<std::size_t>(cpus) : 1;
-}
-
-Status BpfProbe::watch_cgroup(std::uint64_t cgroup_id) {
-  std::vector<std::uint64_t> zero(per_cpu_slots(), 0);
-  // NOEXIST: watching again must not reset the count the daemon takes differences of.
-  if (bpf_map__update_elem(skeleton_->maps.watched_cgroups, &cgroup_id, sizeof(cgroup_id), zero.data(),
-                           zero.size() * sizeof(std::uint64_t), BPF_NOEXIST) == 0)
-    return {};
-  int err = errno;
-  if (err == EEXIST) return {};
-  return Error{"watching cgroup " + std::to_string(cgroup_id) + " in the probe: " + errno_text(err) +
-               (err == E2BIG ? " (watched_cgroups map is full)" : "")};
-}
-
-Result<std::uint64_t> BpfProbe::other_denied_opens(std::uint64_t cgroup_id) const {
-  std::vector<std::uint64_t> per_cpu(per_cpu_slots(), 0);
-  if (bpf_map__lookup_elem(skeleton_->maps.watched_cgroups, &cgroup_id, sizeof(cgroup_id), per_cpu.data(),
-                           per_cpu.size() * sizeof(std::uint64_t), 0) != 0) {
-    int err = errno;
-    return Error{"reading the denied-open count of cgroup " + std::to_string(cgroup_id) + ": " + errno_text(err)};
-  }
-  std::uint64_t total = 0;
-  for (auto n : per_cpu) total += n;
-  return total;
-}
-
-Status BpfProbe::unwatch_cgroup(std::uint64_t cgroup_id) {
-  if (bpf_map__delete_elem(skeleton_->maps.watched_cgroups, &cgroup_id, sizeof(cgroup_id), 0) == 0) return {};
-  int err = errno;
-  if (err == ENOENT) return {};
-  return Error{"unwatching cgroup " + std::to_string(cgroup_id) + " in the probe: " + errno_text(err)};
-}
-
-Status BpfProbe::watch_program_cgroup(std::uint64_t cgroup_id) {
-  std::uint8_t present = 1;
-  if (bpf_map__update_elem(skeleton_->maps.program_cgroups, &cgroup_id, sizeof(cgroup_id), &present, sizeof(present),
-                           BPF_ANY) == 0)
-    return {};
-  int err = errno;
-  return Error{"watching the device programs of cgroup " + std::to_string(cgroup_id) + " in the probe: " +
-               errno_text(err) + (err == E2BIG ? " (program_cgroups map is full)" : "")};
-}
-
-Status BpfProbe::unwatch_program_cgroup(std::uint64_t cgroup_id) {
-  if (bpf_map__delete_elem(skeleton_->maps.program_cgroups, &cgroup_id, sizeof(cgroup_id), 0) == 0 || errno == ENOENT)
-    return {};
-  return Error{"unwatching the device programs of cgroup " + std::to_string(cgroup_id) + ": " + errno_text(errno)};
-}
-
-Status BpfProbe::watch_major(std::uint32_t major_number) {
-  std::uint8_t present = 1;
-  if (bpf_map__update_elem(skeleton_->maps.watched_majors, &major_number, sizeof(major_number), &present,
-                           sizeof(present), BPF_ANY) != 0) {
-    return Error{"watching device major " + std::to_string(major_number) + " in the probe: " + errno_text(errno)};
-  }
-  return {};
-}
-
-Status BpfProbe::watch_device_node(const std::string& path, std::uint32_t major_number, std::uint32_t minor_number) {
-  gdw_path_key key{};
-  if (path.empty() || path.size() >= sizeof(key.path)) {
-    return Error{"device node path '" + path + "' must be 1 to " + std::to_string(sizeof(key.path) - 1) + " bytes"};
-  }
-  std::memcpy(key.path, path.data(), path.size());
-  gdw_device_number device{major_number, minor_number};
-  if (bpf_map__update_elem(skeleton_->maps.watched_paths, &key, sizeof(key), &device, sizeof(device), BPF_ANY) != 0) {
-    return Error{"registering device node " + path + " in the probe: " + errno_text(errno)};
-  }
-  return {};
-}
-
-ProbeStats BpfProbe::stats() const {
-  ProbeStats stats;
-  stats.events = events_;
-  int cpus = libbpf_num_possible_cpus();
-  if (cpus > 0) {
-    std::vector<std::uint64_t> per_cpu(static_cast<std::size_t>(cpus));
-    std::uint32_t key = 0;
-    if (bpf_map__lookup_elem(skeleton_->maps.ring_buffer_drops, &key, sizeof(key), per_cpu.data(),
-                             per_cpu.size() * sizeof(std::uint64_t), 0) == 0) {
-      for (auto drops : per_cpu) stats.ring_buffer_drops += drops;
+// Before the object is loaded: the kinds options or the kernel rule out (a kind refused
+// costs no load of the whole object).
+AttachHookRefusals refusals_before_load(const ProbeOptions& options) {
+  AttachHookRefusals refusals;
+  for (AttachHookKind kind : kHookKinds) {
+    std::string& refused = refusal_of(refusals, kind);
+    if (!options.attach_hook) {
+      refused = "turned off (probe.attach_hook: false)";
+    } else if (options.attach_hook_kinds.count(kind) == 0) {
+      refused = "not asked for";
+    } else if (kind == AttachHookKind::kLsm) {
+      refused = lsm_bpf_refusal();
+      if (refused.empty()) refused = trampoline_refusal(kind);
+    } else if (kind == AttachHookKind::kFexit) {
+      refused = trampoline_refusal(kind);
     }
   }
-  return stats;
+  return refusals;
 }
 
-}  // namespace
+// Whether libbpf names the write path hook's program as the one that failed to load.
+bool write_hook_failed(const devwatch* skeleton) {
+  const std::string named = "prog '" + std::string(bpf_program__name(skeleton->progs.gdw_fexit_rule_write)) + "'";
+  for (const auto& line : libbpf_log_tail(64))
+    if (line.find(named) != std::string::npos) return true;
+  return false;
+}
 
-Result<std::unique_ptr<Probe>> Probe::load(const ProbeOptions& options) {
-  capture_libbpf_log();
-  libbpf_set_strict_mode(LIBBPF_STRICT_ALL);
-  if (::access(kKernelBtf, R_OK) != 0) {
-    // Debian's 6.1 and 6.12 kernels let only root read it (the kernel matrix's guests).
-    if (errno == EACCES || errno == EPERM)
-      return Error{std::string("reading kernel BTF at ") + kKernelBtf + ": permission denied; " + kPrivilegeHint};
-    return Error{std::string("kernel BTF is not available at ") + kKernelBtf + " (" + errno_text(errno) +
-                 "): the probe needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"};
-  }
+// `write_hook_refusal`: why the write path hook is not loaded (empty: try it, if needed).
+Result<std::unique_ptr<Probe>> load_with(const ProbeOptions& options, AttachHookRefusals refusals,
+                                         std::string write_hook_refusal = "") {
   clear_libbpf_log();
   devwatch* skeleton = devwatch::open();
   if (!skeleton) return load_error("opening the BPF probe object", -errno);
-  const bool rule_writes_need_hook = !options.use_capability_tracepoint || !kernel_has_cap_capable_tracepoint();
-  auto probe = std::make_unique<BpfProbe>(skeleton, rule_writes_need_hook);
+  const bool no_capability_hook = !options.use_capability_tracepoint || !kernel_has_cap_capable_tracepoint();
+  // Without it, rule writes on the devices controller's write path, where the kernel takes
+  // an fexit program there.
+  if (!no_capability_hook)
+    write_hook_refusal.clear();
+  else if (!options.write_path_hook && write_hook_refusal.empty())
+    write_hook_refusal = "not asked for";
+  else if (write_hook_refusal.empty())
+    write_hook_refusal = fexit_refusal(kRuleWritePath);
+  const bool write_hook = no_capability_hook && write_hook_refusal.empty();
+  const bool rule_writes_need_hook = no_capability_hook && !write_hook;
+  auto probe = std::make_unique<BpfProbe>(skeleton, rule_writes_need_hook, write_hook_refusal);
   skeleton->rodata->ignored_writer_tgid = options.ignored_writer_tgid;
   skeleton->rodata->report_allow_writes = options.report_allow_writes;
-  if (rule_writes_need_hook) {
-    skeleton->rodata->rule_writes_at_syscall_exit = true;
+  bpf_program__set_autoload(skeleton->progs.gdw_fexit_rule_write, write_hook);
+  if (no_capability_hook) {
+    skeleton->rodata->rule_writes_at_syscall_exit = !write_hook;
     bpf_program__set_autoload(skeleton->progs.gdw_cap_check, false);
+    refusal_of(refusals, AttachHookKind::kCapability) =
+        options.use_capability_tracepoint ? "no cap_capable tracepoint (before 6.14)" : "not asked for";
   }
-  if (!options.attach_hook) {
-    bpf_program__set_autoload(skeleton->progs.gdw_effective_progs, false);
-    bpf_program__set_autoload(skeleton->progs.gdw_lookup_symbols, false);
-    probe->set_attach_hook_problem("turned off");
-  }
+  for (AttachHookKind kind : kHookKinds)
+    for (bpf_program* program : programs_of(skeleton, kind))
+      bpf_program__set_autoload(program, refusal_of(refusals, kind).empty());
   clear_libbpf_log();
   if (int err = devwatch::load(skeleton); err != 0) {
-    if (!options.attach_hook) return load_error("loading the BPF probe", err);
-    // The attach hook is what a kernel may refuse (bpf_kallsyms_lookup_name needs 5.16 and
-    // CAP_PERFMON): the rest of the probe works without it.
-    Error without = load_error("loading the attach hook", err);
-    ProbeOptions fallback = options;
-    fallback.attach_hook = false;
-    auto retried = load(fallback);
-    if (retried) static_cast<BpfProbe*>(retried->get())->set_attach_hook_problem(without.message);
-    return retried;
+    // The attach hook's kinds are what a kernel may refuse (bpf_kallsyms_lookup_name needs
+    // 5.16 and CAP_PERFMON, trampolines a kernel that allows them): the rest of the probe
+    // works without them. The one libbpf names is left out, else all of them.
+    const std::string why = load_error("loading it", err).message;
+    if (write_hook && write_hook_failed(skeleton)) {
+      probe.reset();  // destroys the skeleton
+      return load_with(options, refusals, why);
+    }
+    std::optional<AttachHookKind> failed = kind_that_failed(skeleton);
+    bool any_loaded = false;
+    for (AttachHookKind kind : kHookKinds) any_loaded |= refusal_of(refusals, kind).empty();
+    if (!any_loaded) return load_error("loading the BPF probe", err);
+    for (AttachHookKind kind : kHookKinds) {
+      std::string& refused = refusal_of(refusals, kind);
+      if (refused.empty() && (!failed || *failed == kind)) refused = why;
+    }
+    probe.reset();  // destroys the skeleton
+    return load_with(options, refusals, write_hook_refusal);
   }
+  probe->set_refusals(refusals);
   if (auto attached = probe->attach_always_on(); !attached) return attached.error();
   probe->prepare_attach_hook();
   // What the node's policy is made of is not known yet: both hooks, until focus() says.
@@ -438,6 +319,25 @@ Result<std::unique_ptr<Probe>> Probe::load(const ProbeOptions& options) {
   // rather than keep them resident for the daemon's life.
   ::malloc_trim(0);
   return std::unique_ptr<Probe>(std::move(probe));
+}
+
+}  // namespace
+}  // namespace gdw::probe_detail
+
+namespace gdw {
+
+Result<std::unique_ptr<Probe>> Probe::load(const ProbeOptions& options) {
+  capture_libbpf_log();
+  libbpf_set_strict_mode(LIBBPF_STRICT_ALL);
+  if (::access(probe_detail::kKernelBtf, R_OK) != 0) {
+    // Debian's 6.1 and 6.12 kernels let only root read it (the kernel matrix's guests).
+    if (errno == EACCES || errno == EPERM)
+      return Error{std::string("reading kernel BTF at ") + probe_detail::kKernelBtf + ": permission denied; " +
+                   probe_detail::kPrivilegeHint};
+    return Error{std::string("kernel BTF is not available at ") + probe_detail::kKernelBtf + " (" + errno_text(errno) +
+                 "): the probe needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"};
+  }
+  return probe_detail::load_with(options, probe_detail::refusals_before_load(options));
 }
 
 }  // namespace gdw

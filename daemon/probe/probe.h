@@ -15,8 +15,9 @@
 //  - the syscall hook (sys_exit), attached with set_syscall_hook(): denied opens, exact v2
 //    attach/detach/link events, and the results of rule writes. While it is attached
 //    every syscall on the machine takes the kernel's syscall-tracing slow path.
-// On kernels without the cap_capable tracepoint (< 6.14) rule writes are only seen, whole,
-// by the syscall hook (rule_writes_need_syscall_hook()).
+// On kernels without the cap_capable tracepoint (< 6.14) rule writes are seen on the
+// devices controller's write path (fexit) where the kernel allows BPF trampolines, else
+// only, whole, by the syscall hook (rule_writes_need_syscall_hook()).
 #pragma once
 
 #include <sys/types.h>
@@ -26,9 +27,11 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 
+#include "core/attach_hook_choice.h"
 #include "core/result.h"
 
 namespace gdw {
@@ -101,6 +104,9 @@ struct DeviceProgramEvent {
   std::uint32_t flags = 0;
   std::int64_t result = 0;
   bool attaching = false;
+  // Seen at the start of the bpf() call (the attach hook on lsm/bpf), before the kernel
+  // installs it: a look made now may come before the attach (the owner looks again).
+  bool ahead_of_install = false;
   std::uint64_t ktime_ns = 0;
 };
 
@@ -126,6 +132,10 @@ struct ProbeOptions {
   bool use_capability_tracepoint = true;
   // Attach the syscall hook at load (it can be attached and detached later).
   bool syscall_hook = false;
+  // On a kernel without the cap_capable tracepoint, see rule writes on the devices
+  // controller's write path where the kernel allows it (write_path_hook()); false: as on a
+  // kernel that refuses BPF trampolines.
+  bool write_path_hook = true;
   // A process (tgid, as the initial pid namespace numbers it) whose rule writes are not
   // reported: the daemon's own grants. 0: none.
   std::uint32_t ignored_writer_tgid = 0;
@@ -134,6 +144,9 @@ struct ProbeOptions {
   // Report attaches of device programs to watched cgroups as they happen (where the kernel
   // allows it: attach_hook()); false: device program loads are reported instead.
   bool attach_hook = true;
+  // The attach hook's kinds that may be loaded and tried (core/attach_hook_choice.h), the
+  // cheapest the kernel allows attached: all of them but in tests and benches.
+  std::set<AttachHookKind> attach_hook_kinds{AttachHookKind::kLsm, AttachHookKind::kFexit, AttachHookKind::kKmalloc};
 };
 
 // What a node's device policy is made of, which decides the always-on hooks worth their
@@ -156,22 +169,36 @@ class Probe {
   virtual Status set_syscall_hook(bool attached) = 0;
   virtual bool syscall_hook_attached() const = 0;
   // True when rule writes are seen only while the syscall hook is attached (the kernel
-  // has no cap_capable tracepoint, or options said not to use it).
+  // has no cap_capable tracepoint, or options said not to use it, and refuses the write
+  // path hook).
   virtual bool rule_writes_need_syscall_hook() const = 0;
   // Whether device program attaches to watched program cgroups are reported as they happen
   // (the attach hook); else only their loads are, and the attach itself only while the
-  // syscall hook is attached. `attach_hook_problem()` says why not.
+  // syscall hook is attached. attach_hook_kind(): which of its kinds is attached (lsm/bpf,
+  // fexit, kmalloc); attach_hook_choice(): that, with why each cheaper kind was refused
+  // (when none is attached: why each was refused, then whether the capability hook is
+  // there to see program loads).
   virtual bool attach_hook() const = 0;
-  virtual const std::string& attach_hook_problem() const = 0;
+  virtual std::optional<AttachHookKind> attach_hook_kind() const = 0;
+  virtual AttachHookChoice attach_hook_choice() const = 0;
+  // Benches and tests: attaches that kind of the attach hook instead of the one chosen
+  // (kCapability: none, the capability hook instead), where it was loaded.
+  virtual Status use_attach_hook(AttachHookKind kind) = 0;
   // Attaches only the always-on hooks `form` needs, each of which runs on unrelated system
   // calls: kRuleFiles, the capability hook (rule writes; every mmap of writable memory
-  // passes a CAP_SYS_ADMIN check); kPrograms, the attach hook (every kmalloc), or where
-  // the kernel refuses it the capability hook (program loads, reported then); kUnknown
-  // (as loaded), both. An attach hook refused says why in attach_hook_problem(); the
-  // error is the capability hook's.
+  // passes a CAP_SYS_ADMIN check); kPrograms, the attach hook (its cheapest kind the
+  // kernel takes), or where the kernel refuses every kind the capability hook (program
+  // loads, reported then); kUnknown (as loaded), both. An attach hook refused says why in
+  // attach_hook_choice(); the error is the capability hook's.
   virtual Status focus(DevicePolicyForm form) = 0;
   // Whether the capability hook (tp_btf/cap_capable) is attached.
   virtual bool capability_hook() const = 0;
+  // Kernels without the cap_capable tracepoint: whether rule writes are seen on the devices
+  // controller's write path (fexit/devcgroup_access_write, where the kernel allows BPF
+  // trampolines), attached as the capability hook would be; the refusal says why it was
+  // not loaded (empty: loaded, or not needed).
+  virtual bool write_path_hook() const = 0;
+  virtual const std::string& write_path_hook_refusal() const = 0;
 
   // An fd that becomes readable when events are waiting (the ring buffers' epoll fd).
   virtual int fd() const = 0;

@@ -52,6 +52,7 @@ Result<ProbeEvent> decode_rule_write(std::string_view record) {
   switch (raw->seen_at) {
     case GDW_SEEN_AT_PERMISSION_CHECK: event.seen_at_syscall_exit = false; break;
     case GDW_SEEN_AT_SYSCALL_EXIT: event.seen_at_syscall_exit = true; break;
+    case GDW_SEEN_AT_WRITE_PATH: event.seen_at_syscall_exit = false; break;
     default: return Error{"probe record 'rule write' has unknown seen_at " + std::to_string(raw->seen_at)};
   }
   if (raw->result_known) event.result = raw->result;
@@ -94,7 +95,7 @@ Result<ProbeEvent> decode_denied_open(std::string_view record) {
   return ProbeEvent{std::move(event)};
 }
 
-Result<ProbeEvent> decode_device_program(std::string_view record, bool attaching) {
+Result<ProbeEvent> decode_device_program(std::string_view record, bool attaching, bool ahead = false) {
   auto raw = read_record<gdw_device_program_event>(record, "device program");
   if (!raw) return raw.error();
   DeviceProgramEvent event;
@@ -114,6 +115,7 @@ Result<ProbeEvent> decode_device_program(std::string_view record, bool attaching
   event.flags = raw->flags;
   event.result = raw->result;
   event.attaching = attaching;
+  event.ahead_of_install = ahead;
   event.ktime_ns = raw->header.ktime_ns;
   return ProbeEvent{std::move(event)};
 }
@@ -143,6 +145,7 @@ Result<ProbeEvent> decode_probe_record(std::string_view record) {
     case GDW_EVENT_DENIED_OPEN: return decode_denied_open(record);
     case GDW_EVENT_DEVICE_PROGRAM: return decode_device_program(record, false);
     case GDW_EVENT_DEVICE_PROGRAM_ATTACHING: return decode_device_program(record, true);
+    case GDW_EVENT_DEVICE_PROGRAM_AHEAD: return decode_device_program(record, true, true);
     case GDW_EVENT_CGROUP_MKDIR: return decode_cgroup(record, true);
     case GDW_EVENT_CGROUP_RMDIR: return decode_cgroup(record, false);
     case GDW_EVENT_RULE_WRITE_RESULT: return decode_rule_write_result(record);

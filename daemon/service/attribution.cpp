@@ -106,9 +106,9 @@ void Attribution::rule_write_result(const RuleWriteResultEvent& ev) {
     w->last_revocation.reset();
 }
 
-bool Attribution::program_load(const DeviceProgramLoadEvent& ev) {
+bool Attribution::program_load(const DeviceProgramLoadEvent& ev, std::string action, bool read_exe) {
   if (ev.caller.pid == own_pid_) return false;
-  program_loader_ = revocation(ev.caller, "loading a device program", ev.ktime_ns);
+  program_loader_ = revocation(ev.caller, std::move(action), ev.ktime_ns, read_exe);
   return true;
 }
 

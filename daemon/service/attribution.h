@@ -33,7 +33,11 @@ class Attribution {
 
   // cgroup v2 without the syscall hook: the latest device program load by someone else;
   // false when it was ours.
-  bool program_load(const DeviceProgramLoadEvent& ev);
+  // `action`: what the re-reads it leads to name the caller for (an attach seen ahead of
+  // its install, lsm/bpf, is named as that attach).
+  // read_exe: its executable now (else when a repair names it, after the grant).
+  bool program_load(const DeviceProgramLoadEvent& ev, std::string action = "loading a device program",
+                    bool read_exe = true);
   // The latest program load, while it can still explain a repair triggered now.
   const Revocation* program_loader(Clock::time_point now) const;
   // An attach/detach/link change of a device program: the GPU container it is on, when

@@ -6,12 +6,38 @@
 #include <systemd/sd-daemon.h>
 
 #include "log/log.h"
+#include "metrics/repair_metrics.h"
 #include "memory/resident_pages.h"
 #include "node/config_file.h"
 #include "service/arm_timer.h"
 #include "watch/loop_slice.h"
 
 namespace gdw {
+namespace {
+
+// cgroup v2: whether repairs' swaps carry a revision (Linux 6.17+), in the log and a gauge,
+// once the node's device policy is known to be in programs.
+void announce_swaps(const DeviceAccess& access, const std::string& kubepods_dir, Metrics& metrics) {
+  auto checked = access.swaps_check_revision(kubepods_dir);
+  if (!access.policy_in_programs()) return;
+  if (!checked) {
+    log::warn("cgroup v2: cannot tell whether the kernel keeps revisions of a cgroup's device programs "
+              "(querying " + kubepods_dir + " failed); each repair's query tells");
+    return;
+  }
+  RepairMetrics(metrics).set_swap_revisions(*checked);
+  if (*checked)
+    log::info("cgroup v2: device program swaps carry the revision of the query they were decided on "
+              "(expected_revision): one that anything else changed the cgroup under is refused (ESTALE) and "
+              "decided again at once");
+  else
+    log::info("cgroup v2: the kernel keeps no revisions of a cgroup's device programs (before Linux 6.17): a swap "
+              "names the program it replaces (BPF_F_REPLACE), and the repair's next query sees any change "
+              "beside it");
+}
+
+}  // namespace
+
 namespace {
 
 using std::chrono::duration_cast;
@@ -249,7 +275,11 @@ void Daemon::full_resync(const std::string& reason) {
     fleet_->update_gauges();
     return;
   }
-  if (!fleet_->has_access()) fleet_->set_access(make_device_access(inputs_->model().version()));
+  if (!fleet_->has_access()) {
+    auto access = make_device_access(inputs_->model().version());
+    announce_swaps(*access, inputs_->model().kubepods().dir(), metrics_);
+    fleet_->set_access(std::move(access));
+  }
   inputs_->load(bundle_refresh_depth(reason));
   health_->checkpoint_or_inventory_changed();
   if (!nvml_->running() && inputs_->model().needs_nvml()) nvml_->start(config_);

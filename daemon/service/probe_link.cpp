@@ -44,8 +44,9 @@ void ProbeLink::apply_config() {
   }
   metrics_.set_probe_loaded(probe_ != nullptr);
   metrics_.set_syscall_hook_attached(probe_ && probe_->syscall_hook_attached());
-  metrics_.set_attach_hook_attached(probe_ && probe_->attach_hook());
+  metrics_.set_attach_hook_attached(probe_ ? probe_->attach_hook_kind() : std::nullopt);
   metrics_.set_capability_hook_attached(probe_ && probe_->capability_hook());
+  metrics_.set_write_path_hook_attached(probe_ && probe_->write_path_hook());
 }
 
 void ProbeLink::set_policy_form(DevicePolicyForm form) {
@@ -56,24 +57,45 @@ void ProbeLink::set_policy_form(DevicePolicyForm form) {
 
 void ProbeLink::focus() {
   if (auto s = probe_->focus(policy_form_); !s) log::error("probe: " + s.error().message);
-  metrics_.set_attach_hook_attached(probe_->attach_hook());
+  metrics_.set_attach_hook_attached(probe_->attach_hook_kind());
   metrics_.set_capability_hook_attached(probe_->capability_hook());
+  metrics_.set_write_path_hook_attached(probe_->write_path_hook());
+  // Rule writers on a cgroup v1 node seen by no always-on hook: named only while the
+  // syscall hook is attached.
+  const bool degraded = policy_form_ == DevicePolicyForm::kRuleFiles && probe_->rule_writes_need_syscall_hook();
+  metrics_.set_rule_writers_degraded(degraded);
   if (policy_form_ == DevicePolicyForm::kUnknown) return;  // as loaded: both, said at load
   const bool programs = policy_form_ == DevicePolicyForm::kPrograms;
   std::string seen_by;
+  const AttachHookChoice hook = probe_->attach_hook_choice();
   if (programs && probe_->attach_hook()) {
-    seen_by = "device program attaches to GPU containers are seen as the kernel installs them (attach hook); "
-              "capability hook off";
+    // Which kind, and why each cheaper one was refused.
+    seen_by = "attach hook " + hook.describe() + ": device program attaches to GPU containers are seen " +
+              (hook.chosen == AttachHookKind::kLsm
+                   ? "at their bpf() call, and looked at again 1 ms to 1 s after"
+                   : "as the kernel installs them") +
+              "; capability hook off";
   } else if (programs && !probe_->capability_hook()) {
-    seen_by = "device program changes seen only while the syscall hook is attached, else by the periodic query";
+    seen_by = "no attach hook (" + hook.describe() +
+              "): device program changes seen only while the syscall hook is attached, else by the periodic query";
   } else if (programs) {
-    seen_by = "a device program load makes every GPU container's programs be read again (capability hook; no "
-              "attach hook: " + probe_->attach_hook_problem() + ")";
-  } else {
+    seen_by = "attach hook " + hook.describe() +
+              ": a device program load makes every GPU container's programs be read again (capability hook)";
+  } else if (probe_->capability_hook()) {
     seen_by = "rule writers named at the kernel's permission check (capability hook); attach hook off";
-    if (!probe_->capability_hook()) seen_by = "rule writers named only while the syscall hook is attached";
+  } else if (probe_->write_path_hook()) {
+    seen_by = "rule writers named on the devices controller's write path (fexit/devcgroup_access_write; no "
+              "cap_capable tracepoint before 6.14); attach hook off";
+  } else {
+    seen_by = "rule writers named only while the syscall hook is attached (a GPU container missing devices), not "
+              "for the write that revoked: attribution degraded (no cap_capable tracepoint before 6.14; write path "
+              "hook: " + probe_->write_path_hook_refusal() + ")";
   }
-  log::info(std::string("eBPF probe on a cgroup ") + (programs ? "v2" : "v1") + " node: " + seen_by);
+  const std::string line = std::string("eBPF probe on a cgroup ") + (programs ? "v2" : "v1") + " node: " + seen_by;
+  if (degraded)
+    log::warn(line);
+  else
+    log::info(line);
 }
 
 void ProbeLink::unload() {
@@ -106,19 +128,13 @@ void ProbeLink::load() {
     log::warn("denied opens of non-GPU paths are not counted: " + counts.error().message);
   take_hook_settings();
   hook_error_.reset();
-  if (probe_->rule_writes_need_syscall_hook()) {
-    log::info("eBPF probe loaded; this kernel has no cap_capable tracepoint (< 6.14), so rule writers are named "
-              "only while the syscall hook is attached (probe.syscall_hook: " +
-              to_string(config_.probe.syscall_hook) + ")");
-  } else {
-    // What it sees changes by is said once the node's cgroup version is known (focus()).
-    log::info("eBPF probe loaded; syscall hook (denied opens) " + to_string(config_.probe.syscall_hook));
-  }
+  // What it sees changes by is said once the node's cgroup version is known (focus()).
+  log::info("eBPF probe loaded; syscall hook (denied opens) " + to_string(config_.probe.syscall_hook));
   if (!config_.probe.attach_hook) {
     log::info("eBPF probe: attach hook off (probe.attach_hook: false); on cgroup v2 a device program load makes "
               "every GPU container's programs be read again");
   } else if (!probe_->attach_hook()) {
-    log::warn("eBPF probe: no attach hook (" + probe_->attach_hook_problem() +
+    log::warn("eBPF probe: no attach hook (" + probe_->attach_hook_choice().describe() +
               "); on cgroup v2 a device program load makes every GPU container's programs be read again");
   }
   focus();
@@ -127,7 +143,7 @@ void ProbeLink::load() {
 
 void ProbeLink::take_hook_settings() {
   hook_schedule_.emplace(config_.probe.syscall_hook, config_.probe.syscall_hook_linger,
-                         probe_->rule_writes_need_syscall_hook(), config_.mode == Mode::kObserve);
+                         config_.mode == Mode::kObserve);
   status_ = "loaded, syscall hook " + to_string(config_.probe.syscall_hook);
 }
 
@@ -244,8 +260,17 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
           const auto owner = subgroup_owner_.find(e.target_cgroup_id);
           const bool on_subgroup = owner != subgroup_owner_.end();
           if (on_subgroup) on_container.target_cgroup_id = owner->second;
-          if (WatchedContainer* w = attribution_.program_change(on_container))
-            batch.program_changes.push_back({w->cgroup_id, std::move(on_container), on_subgroup});
+          WatchedContainer* w = attribution_.program_change(on_container);
+          if (!w) return;
+          // Seen at the bpf() call's start (lsm/bpf): the look it leads to may come before
+          // the attach is installed, so the GPU containers are looked at again 1 ms to 1 s
+          // later, as after a program load, naming the attacher.
+          if (e.ahead_of_install &&
+              attribution_.program_load(DeviceProgramLoadEvent{e.caller, e.ktime_ns},
+                                        "attaching device program " + std::to_string(e.prog_id),
+                                        /*read_exe=*/false))  // not on the reaction's path
+            batch.program_loaded = true;
+          batch.program_changes.push_back({w->cgroup_id, std::move(on_container), on_subgroup});
         }
       },
       ev);

@@ -17,6 +17,10 @@ std::optional<AttachedProgram> attached_program(const CheckCause& cause, Mode mo
   if (mode != Mode::kEnforce || !change || cause.program_change_on_subgroup) return std::nullopt;
   if (change->prog_id == 0 || change->result < 0) return std::nullopt;
   if (change->command != DeviceProgramEvent::Command::kProgAttach) return std::nullopt;
+  // Seen ahead of its install (lsm/bpf): the program may not be attached yet, and a swap
+  // naming it would find nothing to replace. A whole look (the probe link looks again
+  // later too).
+  if (change->ahead_of_install) return std::nullopt;
   return AttachedProgram{change->prog_id, change->flags};
 }
 

@@ -55,6 +55,7 @@ void RepairReport::grants(WatchedContainer& w, RepairStep& step, Clock::time_poi
   if (refused) metrics_.regrant(false, applied.method, refused);
   if (applied.programs_replaced) metrics_.programs_replaced(applied.programs_replaced);
   if (applied.programs_loaded) metrics_.programs_loaded(applied.programs_loaded, /*ahead=*/false);
+  if (applied.stale_swaps) metrics_.stale_swaps(applied.stale_swaps);
   for (const auto& warning : applied.warnings) log::warn(warning, w.log_fields());
   SettledGrants& settled = step.settled;
   refusals(w, settled);

@@ -30,13 +30,21 @@ class DaemonWithProbe : public DaemonWithTrainerTest {
 
 TEST_F(DaemonWithProbe, TheRepairNamesTheWriter) {
   start();
-  // A v1 node: rule writers are named at their permission check (the capability hook);
-  // no program of the probe runs on the node's kmallocs.
-  EXPECT_EQ(daemon_->metric("gpu_devwatch_probe_capability_hook_attached"), 1) << daemon_->output();
+  // A v1 node: rule writers are named at their permission check (the capability hook, 6.14+)
+  // or, before 6.14, on the devices controller's write path (fexit, where the kernel allows
+  // it); no program of the probe runs on the node's kmallocs.
   EXPECT_EQ(daemon_->metric("gpu_devwatch_probe_attach_hook_attached"), 0) << daemon_->output();
-  EXPECT_TRUE(daemon_->process().wait_for_output("eBPF probe on a cgroup v1 node: rule writers named at the kernel's "
-                                                 "permission check (capability hook); attach hook off"))
-      << daemon_->output();
+  EXPECT_EQ(daemon_->metric("gpu_devwatch_probe_rule_writers_degraded"), 0) << daemon_->output();
+  if (daemon_->metric("gpu_devwatch_probe_capability_hook_attached") == 1) {
+    EXPECT_TRUE(daemon_->process().wait_for_output("eBPF probe on a cgroup v1 node: rule writers named at the kernel's "
+                                                   "permission check (capability hook); attach hook off"))
+        << daemon_->output();
+  } else {
+    EXPECT_EQ(daemon_->metric("gpu_devwatch_probe_write_path_hook_attached"), 1) << daemon_->output();
+    EXPECT_TRUE(daemon_->process().wait_for_output("eBPF probe on a cgroup v1 node: rule writers named on the devices "
+                                                   "controller's write path (fexit/devcgroup_access_write"))
+        << daemon_->output();
+  }
   ASSERT_TRUE(SandboxNode::reapply_as_old_runc(*c_, "runc"));
   EXPECT_TRUE(daemon_->eventually_errno(*c_, "nvidia0", ENXIO)) << daemon_->output();
   EXPECT_TRUE(daemon_->process().wait_for_output("revoked by runc (pid")) << daemon_->output();

@@ -143,7 +143,7 @@ class ProbeFocusTest : public ::testing::Test {
 
 TEST_F(ProbeFocusTest, AsLoadedBothHooksRun) {
   EXPECT_TRUE(probe_->capability_hook());
-  ASSERT_TRUE(probe_->attach_hook()) << probe_->attach_hook_problem();
+  ASSERT_TRUE(probe_->attach_hook()) << probe_->attach_hook_choice().describe();
   EXPECT_GE(runs_during("gdw_cap_check", [] { map_private_pages(200); }), 200u);
   EXPECT_GT(runs_during("gdw_effective_progs", [] { read_proc_stat(50); }), 0u);
 }
@@ -151,7 +151,7 @@ TEST_F(ProbeFocusTest, AsLoadedBothHooksRun) {
 TEST_F(ProbeFocusTest, OnACgroupV2NodeNothingOfOursRunsOnCapabilityChecks) {
   ASSERT_TRUE(probe_->focus(DevicePolicyForm::kPrograms));
   EXPECT_FALSE(probe_->capability_hook());
-  ASSERT_TRUE(probe_->attach_hook()) << probe_->attach_hook_problem();
+  ASSERT_TRUE(probe_->attach_hook()) << probe_->attach_hook_choice().describe();
   EXPECT_EQ(runs_during("gdw_cap_check", [] { map_private_pages(500); }), 0u);
   EXPECT_GT(runs_during("gdw_effective_progs", [] { read_proc_stat(50); }), 0u);
   EXPECT_TRUE(attach_is_reported()) << "what a v2 node's repairs start from";
@@ -177,7 +177,7 @@ TEST_F(ProbeFocusTest, OnACgroupV1NodeNothingOfOursRunsOnKmallocs) {
 TEST_F(ProbeFocusTest, FocusedAgainTheHooksComeBack) {
   ASSERT_TRUE(probe_->focus(DevicePolicyForm::kRuleFiles));
   ASSERT_TRUE(probe_->focus(DevicePolicyForm::kPrograms));
-  ASSERT_TRUE(probe_->attach_hook()) << probe_->attach_hook_problem();
+  ASSERT_TRUE(probe_->attach_hook()) << probe_->attach_hook_choice().describe();
   EXPECT_TRUE(attach_is_reported());
   ASSERT_TRUE(probe_->focus(DevicePolicyForm::kUnknown));
   EXPECT_TRUE(probe_->capability_hook());

@@ -50,18 +50,26 @@ using test::WriterRun;
 using test::write_rule_from_child;
 
 // Where the write is seen: at the permission check with or without the syscall hook, or
-// (kernels without cap_capable) at syscall exit.
-enum class Tier { kPermissionCheck, kPermissionCheckAndHook, kSyscallExit };
+// (kernels without cap_capable) on the devices controller's write path (fexit, where the
+// kernel allows it), or at syscall exit.
+enum class Tier { kPermissionCheck, kPermissionCheckAndHook, kWritePath, kSyscallExit };
 
 class ProbeRuleWriteTest : public ProbeTest, public ::testing::WithParamInterface<std::tuple<WriteCall, Tier>> {
  protected:
   Tier tier() const { return std::get<1>(GetParam()); }
+  bool at_permission_check() const { return tier() == Tier::kPermissionCheck || tier() == Tier::kPermissionCheckAndHook; }
   ProbeOptions options() const override {
-    return {.use_capability_tracepoint = tier() != Tier::kSyscallExit, .syscall_hook = tier() != Tier::kPermissionCheck};
+    return {.use_capability_tracepoint = at_permission_check(),
+            .syscall_hook = tier() == Tier::kPermissionCheckAndHook || tier() == Tier::kSyscallExit,
+            .write_path_hook = tier() == Tier::kWritePath};
   }
 };
 
 TEST_P(ProbeRuleWriteTest, ReportsWriterRuleTargetAndResult) {
+  if (at_permission_check() && !probe_->capability_hook())
+    GTEST_SKIP() << "no cap_capable tracepoint on this kernel (before 6.14)";
+  if (tier() == Tier::kWritePath && !probe_->write_path_hook())
+    GTEST_SKIP() << "the write path hook is refused on this kernel: " << probe_->write_path_hook_refusal();
   EXPECT_EQ(probe_->rule_writes_need_syscall_hook(), tier() == Tier::kSyscallExit);
   CgroupSandbox sandbox("devices", "probe-rule");
   std::string target = sandbox.make("target");
@@ -86,6 +94,7 @@ TEST_P(ProbeRuleWriteTest, ReportsWriterRuleTargetAndResult) {
 
   switch (tier()) {
     case Tier::kSyscallExit:
+    case Tier::kWritePath:  // after the kernel applied it
       EXPECT_EQ(event->result, 12);
       break;
     case Tier::kPermissionCheckAndHook: {
@@ -113,7 +122,8 @@ TEST_P(ProbeRuleWriteTest, ReportsWriterRuleTargetAndResult) {
 INSTANTIATE_TEST_SUITE_P(
     Syscalls, ProbeRuleWriteTest,
     ::testing::Combine(::testing::Values(WriteCall::kWrite, WriteCall::kPwrite, WriteCall::kWritev),
-                       ::testing::Values(Tier::kPermissionCheck, Tier::kPermissionCheckAndHook, Tier::kSyscallExit)),
+                       ::testing::Values(Tier::kPermissionCheck, Tier::kPermissionCheckAndHook, Tier::kWritePath,
+                                         Tier::kSyscallExit)),
     [](const auto& info) {
       std::string name;
       switch (std::get<0>(info.param)) {
@@ -124,6 +134,7 @@ INSTANTIATE_TEST_SUITE_P(
       switch (std::get<1>(info.param)) {
         case Tier::kPermissionCheck: return name + "_AtPermissionCheck";
         case Tier::kPermissionCheckAndHook: return name + "_AtPermissionCheckWithHook";
+        case Tier::kWritePath: return name + "_OnTheWritePath";
         case Tier::kSyscallExit: return name + "_AtSyscallExit";
       }
       return name;
@@ -153,6 +164,7 @@ WriterRun allow_beyond_the_parent(CgroupSandbox& sandbox) {
 }
 
 TEST_F(ProbeWithHookTest, RejectedRuleWriteResultCarriesTheError) {
+  if (!probe_->capability_hook()) GTEST_SKIP() << "no cap_capable tracepoint on this kernel (before 6.14)";
   CgroupSandbox sandbox("devices", "probe-reject");
   WriterRun run = allow_beyond_the_parent(sandbox);
   ASSERT_EQ(run.result, -EPERM);

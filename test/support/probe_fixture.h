@@ -86,10 +86,13 @@ class ProbeWithHookTest : public ProbeTest {
   ProbeOptions options() const override { return {.use_capability_tracepoint = true, .syscall_hook = true}; }
 };
 
-// As on a kernel without the cap_capable tracepoint (< 6.14): everything at syscall exit.
+// As on a kernel without the cap_capable tracepoint (< 6.14) that refuses BPF trampolines:
+// everything at syscall exit.
 class ProbeAtSyscallExitTest : public ProbeTest {
  protected:
-  ProbeOptions options() const override { return {.use_capability_tracepoint = false, .syscall_hook = true}; }
+  ProbeOptions options() const override {
+    return {.use_capability_tracepoint = false, .syscall_hook = true, .write_path_hook = false};
+  }
 };
 
 // ---- rule writes from a child (v1) -------------------------------------------------------

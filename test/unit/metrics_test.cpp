@@ -34,6 +34,8 @@ void exercise_every_method(Metrics& m) {
   NodeMetrics(m).set_containers_throttled(1);
   NodeMetrics(m).set_device_programs("ours", 2);
   RepairMetrics(m).programs_replaced(1);
+  RepairMetrics(m).stale_swaps(1);
+  RepairMetrics(m).set_swap_revisions(true);
   NodeMetrics(m).set_container_exposure(kContainer, NodeMetrics::ExposedDevices{2, 1}, true);
   NodeMetrics(m).set_checkpoint_checksum_valid(true);
   NodeMetrics(m).set_checkpoint_loaded(true);
@@ -55,6 +57,9 @@ void exercise_every_method(Metrics& m) {
   NodeMetrics(m).set_newest_container_start(150);
   ProbeMetrics(m).set_probe_loaded(true);
   ProbeMetrics(m).set_syscall_hook_attached(true);
+  ProbeMetrics(m).set_attach_hook_attached(AttachHookKind::kFexit);
+  ProbeMetrics(m).set_write_path_hook_attached(true);
+  ProbeMetrics(m).set_rule_writers_degraded(true);
   ProbeMetrics(m).revocation("runc");
   ProbeMetrics(m).denied_open(kContainer, "/dev/nvidia0", 2);
   ProbeMetrics(m).set_ring_buffer_drops(5);

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -79,6 +80,16 @@ TEST(ProbeRecords, RuleWriteSeenAtThePermissionCheckHasNoResultUnlessRefused) {
   auto refused = decode_probe_record(bytes_of(raw));
   ASSERT_TRUE(refused);
   EXPECT_EQ(std::get<RuleWriteEvent>(*refused).result, -1);
+
+  // On the devices controller's write path (kernels before 6.14 with trampolines): after
+  // the kernel applied the rule, its result known.
+  raw.seen_at = GDW_SEEN_AT_WRITE_PATH;
+  raw.result = 12;
+  raw.result_known = 1;
+  auto on_write_path = decode_probe_record(bytes_of(raw));
+  ASSERT_TRUE(on_write_path) << on_write_path.error().message;
+  EXPECT_FALSE(std::get<RuleWriteEvent>(*on_write_path).seen_at_syscall_exit);
+  EXPECT_EQ(std::get<RuleWriteEvent>(*on_write_path).result, 12);
 
   raw.seen_at = 7;
   auto unknown = decode_probe_record(bytes_of(raw));
@@ -174,6 +185,29 @@ TEST(ProbeRecords, DeviceProgramCommands) {
   unknown.header.type = GDW_EVENT_DEVICE_PROGRAM;
   unknown.command = 77;
   EXPECT_FALSE(decode_probe_record(bytes_of(unknown)));
+}
+
+// The attach hook's records: while the kernel installs the attach (kmalloc, fexit) or ahead
+// of it, at the bpf() call's start (lsm/bpf), when a look may come before the attach.
+TEST(ProbeRecords, AttachHookRecordsSayWhetherTheAttachIsInstalledYet) {
+  const std::tuple<std::uint32_t, bool, bool> kinds[] = {
+      {GDW_EVENT_DEVICE_PROGRAM, false, false},
+      {GDW_EVENT_DEVICE_PROGRAM_ATTACHING, true, false},
+      {GDW_EVENT_DEVICE_PROGRAM_AHEAD, true, true},
+  };
+  for (const auto& [type, attaching, ahead] : kinds) {
+    gdw_device_program_event raw{};
+    raw.header.type = type;
+    raw.command = GDW_DEVPROG_PROG_ATTACH;
+    raw.prog_id = 31;
+    raw.target_cgroup_id = 99;
+    auto decoded = decode_probe_record(bytes_of(raw));
+    ASSERT_TRUE(decoded) << type;
+    const auto& event = std::get<DeviceProgramEvent>(*decoded);
+    EXPECT_EQ(event.attaching, attaching) << type;
+    EXPECT_EQ(event.ahead_of_install, ahead) << type;
+    EXPECT_EQ(event.prog_id, 31u);
+  }
 }
 
 TEST(ProbeRecords, CgroupLifecycle) {
