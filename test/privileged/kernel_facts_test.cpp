@@ -130,13 +130,20 @@ TEST(KernelFacts, ProbeHooks) {
   fact("probe_loaded", "yes");
   fact("capability_hook", probe.capability_hook() ? "attached" : "unavailable");
   fact("rule_writes_need_syscall_hook", probe.rule_writes_need_syscall_hook() ? "yes" : "no");
-  fact("attach_hook", probe.attach_hook() ? "usable" : "unusable: " + probe.attach_hook_problem());
+  // As loaded, before a focus on device programs (v2) takes it off again.
+  const bool write_path = probe.write_path_hook();
+  fact("write_path_hook", write_path ? "attached" : "off: " + probe.write_path_hook_refusal());
+  // The kind chosen (lsm/bpf, fexit, tp_btf/kmalloc) and why each cheaper one was refused.
+  fact("attach_hook", probe.attach_hook_choice().describe());
   ASSERT_TRUE(probe.focus(DevicePolicyForm::kPrograms));
   fact("v2_focus", std::string("attach hook ") + (probe.attach_hook() ? "attached" : "off") + ", capability hook " +
                        (probe.capability_hook() ? "attached" : "off"));
-  EXPECT_EQ(!probe.rule_writes_need_syscall_hook(), at_least(6, 14)) << "the cap_capable tracepoint came in 6.14";
+  // Rule writers are named without the syscall hook by the cap_capable tracepoint (6.14+)
+  // or, before it, by fexit on the devices controller's write path where trampolines load.
+  EXPECT_EQ(!probe.rule_writes_need_syscall_hook(), at_least(6, 14) || write_path)
+      << "the cap_capable tracepoint came in 6.14; before it, the write path hook";
   if (at_least(5, 16)) {
-    EXPECT_TRUE(probe.attach_hook()) << probe.attach_hook_problem();
+    EXPECT_TRUE(probe.attach_hook()) << probe.attach_hook_choice().describe();
   }
   ASSERT_TRUE(probe.set_syscall_hook(true));
   fact("syscall_hook", "attached");
