@@ -25,6 +25,10 @@ if(NOT EXISTS "${GDW_CROSS_OVERLAY}/usr/lib/aarch64-linux-gnu")
   message(FATAL_ERROR "toolchain-aarch64: no ${GDW_CROSS_OVERLAY} (run scripts/install-deps.sh arm64)")
 endif()
 list(PREPEND CMAKE_PREFIX_PATH "${GDW_CROSS_OVERLAY}/usr")
+# No RPATH into the overlay (nor anywhere): the overlay is for linking; at run time the
+# loader finds every library, those two's included, in the multiarch directories where
+# install-deps.sh installed the :arm64 runtime packages, as on an arm64 node.
+set(CMAKE_SKIP_BUILD_RPATH ON)
 
 # Programs from the host; libraries, headers and packages for the target only, from the
 # multiarch directories (/usr with lib/aarch64-linux-gnu) and the overlay.
