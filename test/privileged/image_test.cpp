@@ -15,7 +15,6 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -277,8 +276,9 @@ TEST_F(ImageUnderRunc, TheImagesDaemonRepairsARevokedGpuLikeTheDaemonSet) {
 // image's libraries), arm64 under qemu-user, and says the version of the binary it was
 // built from.
 TEST_F(ImageUnderRunc, TheIndexHasAnImagePerArchitectureAndEachRunsItsVersion) {
-  if (std::find(image_.arches.begin(), image_.arches.end(), "arm64") == image_.arches.end())
-    GTEST_SKIP() << "no arm64 build: scripts/build.sh --arch arm64 (scripts/test.sh builds it)";
+  if (image_.arches.size() < 2)
+    GTEST_SKIP() << "no arm64 cross-build beside this amd64 one: scripts/build.sh --arch arm64 (scripts/test.sh "
+                    "builds it)";
   auto blob = [&](const std::string& digest) {
     return json::parse(read_file(image_.layout + "/blobs/sha256/" + digest.substr(digest.find(':') + 1)));
   };
