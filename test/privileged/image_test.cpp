@@ -92,9 +92,12 @@ BuiltImage ensure_image() {
     ~Unlock() { ::close(fd); }
   } unlock{lock};
   if (::access(marker.c_str(), F_OK) != 0) {
-    // Images of earlier binaries are of no further use.
-    for (const auto& e : fs::directory_iterator(cache))
-      if (e.path().filename().string().rfind("image-", 0) == 0 && e.is_directory()) fs::remove_all(e.path());
+    // Images of earlier binaries are of no further use; the debootstrapped root file
+    // systems (image-rootfs, one per architecture and package set) are.
+    for (const auto& e : fs::directory_iterator(cache)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("image-", 0) == 0 && name != "image-rootfs" && e.is_directory()) fs::remove_all(e.path());
+    }
     std::vector<std::string> argv = {script, "--output", dir};
     for (const auto& binary : binaries) argv.insert(argv.end(), {"--binary", binary});
     // The first arm64 root file system is debootstrapped under qemu-user: minutes.
