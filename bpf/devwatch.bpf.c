@@ -28,8 +28,9 @@
  *  - tp_btf/cgroup_mkdir, tp_btf/cgroup_rmdir.
  *
  *  Attached by user space only when wanted (the "syscall hook"):
- *  - tp_btf/sys_exit, dispatched on the syscall number. On x86_64 the syscall's argument
- *    registers are still intact in pt_regs at exit and the outcome is known:
+ *  - tp_btf/sys_exit, dispatched on the syscall number. The syscall's arguments are still
+ *    in pt_regs at exit (x86_64: every register; arm64: x1-x5, and x0 as orig_x0, which
+ *    PT_REGS_PARM1_SYSCALL reads) and the outcome is known:
  *     openat, openat2, open: opens that failed with EPERM inside a watched cgroup (see
  *       devwatch_denied_opens.bpf.h): GPU nodes reported, anything else only counted. Any
  *       other result returns on the first comparison.
@@ -98,9 +99,11 @@ int BPF_PROG(gdw_sys_exit, struct pt_regs *regs, long ret) {
       return emit_denied_open(ret, (__s32)PT_REGS_PARM1_SYSCALL(regs), PT_REGS_PARM2_SYSCALL(regs),
                               (__u32)flags);
     }
+#ifdef NR_open
     case NR_open:
       if (ret != -EPERM || in_compat_syscall(bpf_get_current_task_btf())) return 0;
       return emit_denied_open(ret, AT_FDCWD, PT_REGS_PARM1_SYSCALL(regs), (__u32)PT_REGS_PARM2_SYSCALL(regs));
+#endif
     case NR_bpf:
       task = bpf_get_current_task_btf();
       return in_compat_syscall(task) ? 0 : emit_device_program(task, regs, ret);

@@ -32,8 +32,25 @@
  * registers differ (the syscalls/ tracepoints skip those too). */
 #define TS_COMPAT 0x0002
 #define SYSCALL_NR(regs) ((long)(regs)->orig_ax)
+#elif defined(__TARGET_ARCH_arm64)
+/* The generic table (asm-generic/unistd.h): no open(2), openat(2) only. */
+#define NR_openat 56
+#define NR_write 64
+#define NR_writev 66
+#define NR_pwrite64 68
+#define NR_pwritev 70
+#define NR_bpf 280
+#define NR_pwritev2 287
+#define NR_openat2 437
+#define NR_writev_family(nr) \
+  ((nr) == NR_write || (nr) == NR_pwrite64 || (nr) == NR_writev || (nr) == NR_pwritev || (nr) == NR_pwritev2)
+/* The saved PSTATE of a task that entered the kernel from AArch32 (a compat syscall,
+ * with the 32-bit table's numbers): the architecture's bit, not a TIF_ flag whose number
+ * moves between kernel versions. */
+#define PSR_MODE32_BIT 0x10
+#define SYSCALL_NR(regs) ((long)(regs)->syscallno)
 #else
-#error "devwatch_common.bpf.h: syscall numbers are only defined for x86_64"
+#error "devwatch_common.bpf.h: syscall numbers are only defined for x86_64 and arm64"
 #endif
 
 #define CAP_SYS_ADMIN 21
@@ -109,7 +126,12 @@ static __always_inline void *reserve_event(__u64 size) {
 }
 
 static __always_inline bool in_compat_syscall(struct task_struct *task) {
+#if defined(__TARGET_ARCH_x86)
   return bpf_core_field_exists(struct thread_info, status) && (task->thread_info.status & TS_COMPAT);
+#else
+  struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+  return regs && (BPF_CORE_READ(regs, pstate) & PSR_MODE32_BIT);
+#endif
 }
 
 static __always_inline struct kernfs_node *kernfs_parent(struct kernfs_node *kn) {

@@ -5,16 +5,17 @@
 # carries the include directories for <name>.skel.h and for the headers next to the
 # source (the event structs shared by kernel and user space) and makes them build first.
 #
-# vmlinux.h is dumped from the build machine's /sys/kernel/btf/vmlinux once per build
-# tree. The programs use CO-RE relocations, so the object still loads on kernels whose
-# structs differ from the build machine's.
+# The kernel's types come from bpf/vmlinux/<arch>/vmlinux.h, kept in the repository, one
+# per target architecture (scripts/gen-vmlinux.sh makes them from the BTF of Debian's own
+# kernel packages): the build reads nothing of the build machine's kernel, so a builder
+# without BTF and a cross-build for arm64 compile the same object as any other builder.
+# The programs use CO-RE relocations, so the object loads on kernels whose structs differ
+# from the header's.
 
 find_program(GDW_CLANG NAMES clang clang-14 REQUIRED)
 find_program(GDW_LLVM_STRIP NAMES llvm-strip llvm-strip-14 REQUIRED)
 find_program(GDW_BPFTOOL NAMES bpftool PATHS /usr/sbin /sbin /usr/local/sbin REQUIRED)
 find_path(GDW_LIBBPF_INCLUDE_DIR bpf/bpf_helpers.h HINTS ${LIBBPF_INCLUDE_DIRS} PATHS /usr/include REQUIRED)
-set(GDW_KERNEL_BTF /sys/kernel/btf/vmlinux CACHE FILEPATH
-    "BTF of the kernel whose types vmlinux.h is generated from")
 
 # bpf_tracing.h picks its pt_regs layout from __TARGET_ARCH_<arch>.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$")
@@ -25,8 +26,11 @@ else()
   message(FATAL_ERROR "gdw_bpf_skeleton: no BPF target arch for ${CMAKE_SYSTEM_PROCESSOR}")
 endif()
 
-set(GDW_VMLINUX_DIR ${CMAKE_BINARY_DIR}/bpf-vmlinux)
+set(GDW_VMLINUX_DIR ${PROJECT_SOURCE_DIR}/bpf/vmlinux/${GDW_BPF_TARGET_ARCH})
 set(GDW_VMLINUX_H ${GDW_VMLINUX_DIR}/vmlinux.h)
+if(NOT EXISTS ${GDW_VMLINUX_H})
+  message(FATAL_ERROR "gdw_bpf_skeleton: no ${GDW_VMLINUX_H} (scripts/gen-vmlinux.sh makes it)")
+endif()
 
 function(gdw_bpf_skeleton name source)
   set(headers ${ARGN})
@@ -37,18 +41,6 @@ function(gdw_bpf_skeleton name source)
     get_filename_component(h_abs ${h} ABSOLUTE)
     list(APPEND headers_abs ${h_abs})
   endforeach()
-
-  # One rule for vmlinux.h in the whole build tree, however many skeletons there are.
-  if(NOT TARGET gdw_vmlinux_h)
-    add_custom_command(
-      OUTPUT ${GDW_VMLINUX_H}
-      COMMAND ${CMAKE_COMMAND} -E make_directory ${GDW_VMLINUX_DIR}
-      COMMAND ${GDW_BPFTOOL} btf dump file ${GDW_KERNEL_BTF} format c > ${GDW_VMLINUX_H}.tmp
-      COMMAND ${CMAKE_COMMAND} -E rename ${GDW_VMLINUX_H}.tmp ${GDW_VMLINUX_H}
-      COMMENT "Generating vmlinux.h from ${GDW_KERNEL_BTF}"
-      VERBATIM)
-    add_custom_target(gdw_vmlinux_h DEPENDS ${GDW_VMLINUX_H})
-  endif()
 
   set(out_dir ${CMAKE_CURRENT_BINARY_DIR}/${name}_skel)
   set(object ${out_dir}/${name}.bpf.o)
@@ -76,7 +68,6 @@ function(gdw_bpf_skeleton name source)
     VERBATIM)
 
   add_custom_target(${name}_skel_gen DEPENDS ${skeleton})
-  add_dependencies(${name}_skel_gen gdw_vmlinux_h)
 
   add_library(${name}_skel INTERFACE)
   target_include_directories(${name}_skel INTERFACE ${out_dir} ${source_dir})

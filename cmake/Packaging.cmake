@@ -1,5 +1,6 @@
 # Install rules beyond the binary (daemon/CMakeLists.txt installs it to <prefix>/bin) and
-# the Debian package: `cd build && cpack -G DEB` -> gpu-devwatch_<version>-1_<arch>.deb.
+# the Debian package: `cd build && cpack -G DEB` -> gpu-devwatch_<version>-1_<arch>.deb
+# (`cd build-arm64 && cpack -G DEB` for the arm64 cross-build).
 #
 #   <prefix>/bin/gpu-devwatch                          the daemon
 #   /etc/gpu-devwatch/gpu-devwatch.yaml                configuration (a conffile)
@@ -67,6 +68,16 @@ set(CPACK_PACKAGE_CONTACT "${GDW_PACKAGE_MAINTAINER}")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+# cpack asks dpkg for the architecture, which is the build machine's: a cross-build names
+# its target's (build-arm64: gpu-devwatch_<version>-1_arm64.deb). dpkg-shlibdeps finds
+# the :arm64 libraries' symbols through /etc/ld.so.conf.d/aarch64-linux-gnu.conf.
+if(CMAKE_CROSSCOMPILING)
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64)$")
+    set(CPACK_DEBIAN_PACKAGE_ARCHITECTURE arm64)
+  else()
+    message(FATAL_ERROR "Packaging: no Debian architecture for ${CMAKE_SYSTEM_PROCESSOR}")
+  endif()
+endif()
 set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)

@@ -4,12 +4,21 @@
 # target for a bounded time. Under CI (CI=true) a skipped privileged test is a failure:
 # CI runs as root on a machine where they must run. A skipped `gpu` test (test/gpu) is not:
 # it needs a real NVIDIA GPU, which CI does not have.
+#
+# On amd64 it also cross-builds for arm64 (scripts/build.sh --arch arm64, into build-arm64:
+# the daemon and the unit tests) and runs the unit tests there under qemu-user
+# (ctest -L unit: CMAKE_CROSSCOMPILING_EMULATOR). GDW_ARM64=0 leaves arm64 out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+arm64=0
+if [[ "$(dpkg --print-architecture)" == amd64 && "${GDW_ARM64:-1}" != 0 ]]; then arm64=1; fi
 scripts/install-deps.sh
 # Under CI a compiler warning fails the build (CMakeLists.txt, GDW_WERROR).
-if [[ "${CI:-}" == "true" ]]; then GDW_WERROR=ON scripts/build.sh; else scripts/build.sh; fi
+werror=()
+if [[ "${CI:-}" == "true" ]]; then werror=(env GDW_WERROR=ON); fi
+"${werror[@]}" scripts/build.sh
+if ((arm64)); then "${werror[@]}" scripts/build.sh --arch arm64 gpu-devwatch unit-tests; fi
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -24,6 +33,11 @@ if [[ "${CI:-}" == "true" ]]; then
     echo "$skipped" >&2
     status=1
   fi
+fi
+
+if ((arm64)); then
+  echo "test.sh: the arm64 build's unit tests, under qemu-user" >&2
+  (cd build-arm64 && ctest -L unit --output-on-failure -j "$(nproc)" --timeout 600) || status=1
 fi
 
 scripts/fuzz.sh "${GDW_FUZZ_SECONDS:-20}" || status=1

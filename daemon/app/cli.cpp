@@ -1,6 +1,7 @@
 #include "app/cli.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <vector>
 
@@ -130,6 +131,9 @@ CliAction resolve_cli(std::span<const std::string> args) {
   if (args.empty()) return print(2, "", top_usage());
   const std::string& name = args.front();
   if (name == "--help" || name == "-h" || name == "help") return print(0, top_usage());
+  // `gpu-devwatch --version`, as most programs spell it (the image test runs it): the
+  // version command, which takes no options.
+  if (name == "--version" && args.size() == 1) return resolve_cli(std::array<std::string, 1>{"version"});
   const Command* command = find_command(name);
   if (!command) return print(2, "", "gpu-devwatch: unknown command '" + name + "'\n\n" + top_usage());
   auto parsed = parse_args(args.subspan(1), command->flags);

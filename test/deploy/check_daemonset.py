@@ -15,6 +15,7 @@ features on in that configuration need (--self-test: and that broader grants are
 Exits 77 (a skip for CTest) when PyYAML is not installed.
 """
 import copy
+import json
 import pathlib
 import re
 import posixpath
@@ -108,6 +109,10 @@ def main():
     c.expect(pod.get("hostPID") is True, "hostPID must be true: the probe reports host PIDs")
     c.expect(pod.get("priorityClassName") == "system-node-critical", "priorityClassName is not system-node-critical")
     c.expect(pod.get("nodeSelector") or pod.get("affinity"), "pod is not restricted to GPU nodes")
+    # The image is an index for amd64 and arm64 (scripts/build-image.sh): every GPU node,
+    # of either architecture, runs the pod; nothing may pick one.
+    c.expect("kubernetes.io/arch" not in json.dumps(pod) and "beta.kubernetes.io/arch" not in json.dumps(pod),
+             "the pod picks an architecture (kubernetes.io/arch): the image serves amd64 and arm64")
 
     containers = pod["containers"]
     c.expect(len(containers) == 1, "expected one container")

@@ -208,5 +208,44 @@ TEST_F(DebPackage, InstallsStartsReadyUnderSystemdAndRepairs) {
   EXPECT_FALSE(fs::exists(in_root("/etc/gpu-devwatch/gpu-devwatch.yaml")));
 }
 
+// The arm64 package of the cross-build (`cpack -G DEB` in build-arm64): named and marked
+// arm64, an AArch64 binary, Depends: found by dpkg-shlibdeps among Debian's :arm64
+// libraries (each one installed here for arm64), and the packaged binary runs (under
+// qemu-user, through binfmt_misc) and says its version.
+TEST(DebPackageArm64, IsAnArm64PackageWhoseBinaryRuns) {
+#ifndef GDW_ARM64_BUILD_DIR
+  GTEST_SKIP() << "not an amd64 build: no arm64 cross-build to package";
+#else
+  const std::string build = GDW_ARM64_BUILD_DIR;
+  if (!fs::exists(build + "/CPackConfig.cmake") || !fs::exists(build + "/daemon/gpu-devwatch"))
+    GTEST_SKIP() << "no arm64 build in " << build << ": scripts/build.sh --arch arm64 (scripts/test.sh builds it)";
+  TempDir out("gdw-deb-arm64");
+  auto packed = run_command({"cpack", "-G", "DEB", "--config", build + "/CPackConfig.cmake", "-B", out.path()}, 180s);
+  ASSERT_EQ(packed.exit_code, 0) << packed.out << packed.err;
+  std::string deb;
+  for (const auto& e : fs::directory_iterator(out.path()))
+    if (e.path().extension() == ".deb") deb = e.path();
+  ASSERT_FALSE(deb.empty()) << packed.out;
+  EXPECT_TRUE(deb.ends_with("_arm64.deb")) << deb;
+  EXPECT_EQ(run_command({"dpkg-deb", "-f", deb, "Architecture"}).out, "arm64\n");
+
+  auto depends = run_command({"dpkg-deb", "-f", deb, "Depends"});
+  const auto names = real_packages(package_names(depends.out));
+  EXPECT_NE(std::find(names.begin(), names.end(), "libbpf1"), names.end()) << depends.out;
+  for (const auto& name : names) {
+    auto status = run_command({"dpkg-query", "-W", "-f=${Status}", name + ":arm64"});
+    EXPECT_EQ(status.out, "install ok installed") << name << ":arm64 (Depends: " << depends.out << ")";
+  }
+
+  const std::string root = out / "root";
+  ASSERT_EQ(run_command({"dpkg-deb", "-x", deb, root}).exit_code, 0);
+  auto header = run_command({"readelf", "-h", root + "/usr/bin/gpu-devwatch"});
+  EXPECT_NE(header.out.find("AArch64"), std::string::npos) << header.out;
+  auto ran = run_command({root + "/usr/bin/gpu-devwatch", "--version"}, 60s);
+  EXPECT_EQ(ran.exit_code, 0) << ran.err;
+  EXPECT_EQ(ran.out, run_command({build + "/daemon/gpu-devwatch", "version"}).out);
+#endif
+}
+
 }  // namespace
 }  // namespace gdw::test

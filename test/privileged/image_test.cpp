@@ -7,6 +7,10 @@
 // (this machine has no GPU), everything else is the host's. A GPU container's rule is
 // revoked; the daemon in the image grants it back, proven by open() from inside the GPU
 // container's cgroup.
+//
+// The image is multi-arch (amd64 and arm64, the arm64 binary from the cross-build in
+// build-arm64): its index names each architecture's image, and each one, unpacked, runs
+// its own binary's --version in its own root (arm64 under qemu-user, through binfmt_misc).
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -14,6 +18,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "support/metrics_text.h"
@@ -28,10 +34,25 @@ using nlohmann::json;
 
 struct BuiltImage {
   std::string layout;  // OCI image layout directory
-  std::string tag;     // the project version
+  std::string tag;     // the project version: the index; "<tag>-<arch>" each architecture's image
+  std::vector<std::string> arches;  // in the index
   std::string error;
   bool download_failed = false;
 };
+
+#if defined(__aarch64__)
+constexpr const char* kHostArch = "arm64";
+#else
+constexpr const char* kHostArch = "amd64";
+#endif
+
+// The arm64 daemon of the cross-build (scripts/build.sh --arch arm64), when there is one.
+std::string arm64_binary() {
+#ifdef GDW_ARM64_BINARY
+  if (::access(GDW_ARM64_BINARY, X_OK) == 0) return GDW_ARM64_BINARY;
+#endif
+  return "";
+}
 
 std::string first_word(const std::string& s) { return s.substr(0, s.find_first_of(" \n")); }
 
@@ -43,8 +64,16 @@ BuiltImage ensure_image() {
   const char* cache_env = std::getenv("GDW_TEST_ROOTFS_CACHE");
   const std::string cache = cache_env != nullptr && *cache_env != '\0' ? cache_env : "/var/cache/gdw-test";
   const std::string script = std::string(GDW_SOURCE_DIR) + "/scripts/build-image.sh";
-  auto hashed = run_command({"sh", "-c", "cat \"$0\" \"$1\" \"$2\" | sha256sum", GDW_BINARY, script,
-                             std::string(GDW_SOURCE_DIR) + "/config/gpu-devwatch.yaml"});
+  std::vector<std::string> binaries = {GDW_BINARY};
+  image.arches = {kHostArch};
+  if (const std::string arm64 = arm64_binary(); !arm64.empty() && std::string(kHostArch) != "arm64") {
+    binaries.push_back(arm64);
+    image.arches.push_back("arm64");
+  }
+  std::vector<std::string> hash_argv = {"sh", "-c", "cat \"$@\" | sha256sum", "sh", script,
+                                        std::string(GDW_SOURCE_DIR) + "/config/gpu-devwatch.yaml"};
+  hash_argv.insert(hash_argv.end(), binaries.begin(), binaries.end());
+  auto hashed = run_command(hash_argv);
   if (hashed.exit_code != 0) {
     image.error = "hashing the image inputs failed: " + hashed.err;
     return image;
@@ -63,11 +92,16 @@ BuiltImage ensure_image() {
     ~Unlock() { ::close(fd); }
   } unlock{lock};
   if (::access(marker.c_str(), F_OK) != 0) {
-    // Images of earlier binaries are of no further use.
-    for (const auto& e : fs::directory_iterator(cache))
-      if (e.path().filename().string().rfind("image-", 0) == 0 && e.is_directory()) fs::remove_all(e.path());
-    auto built = run_command({script, "--binary", GDW_BINARY, "--output", dir}, 280s,
-                             {"GDW_IMAGE_CACHE=" + cache + "/image-rootfs"});
+    // Images of earlier binaries are of no further use; the debootstrapped root file
+    // systems (image-rootfs, one per architecture and package set) are.
+    for (const auto& e : fs::directory_iterator(cache)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("image-", 0) == 0 && name != "image-rootfs" && e.is_directory()) fs::remove_all(e.path());
+    }
+    std::vector<std::string> argv = {script, "--output", dir};
+    for (const auto& binary : binaries) argv.insert(argv.end(), {"--binary", binary});
+    // The first arm64 root file system is debootstrapped under qemu-user: minutes.
+    auto built = run_command(argv, 840s, {"GDW_IMAGE_CACHE=" + cache + "/image-rootfs"});
     if (built.exit_code != 0) {
       const std::string output = built.out + built.err;
       image.download_failed = output.find("debootstrap failed") != std::string::npos &&
@@ -204,7 +238,8 @@ TEST_F(ImageUnderRunc, TheImagesDaemonRepairsARevokedGpuLikeTheDaemonSet) {
   ASSERT_EQ(node_->open_errno(gpu, "nvidia0"), ENXIO) << "the hook granted the GPU at creation";
 
   const std::string bundle = work_ / "bundle";
-  auto unpacked = run_command({"umoci", "unpack", "--image", image_.layout + ":" + image_.tag, bundle}, 120s);
+  auto unpacked = run_command(
+      {"umoci", "unpack", "--image", image_.layout + ":" + image_.tag + "-" + kHostArch, bundle}, 120s);
   ASSERT_EQ(unpacked.exit_code, 0) << unpacked.out << unpacked.err;
   json spec = json::parse(read_file(bundle + "/config.json"));
   EXPECT_EQ(spec["process"]["args"],
@@ -236,6 +271,58 @@ TEST_F(ImageUnderRunc, TheImagesDaemonRepairsARevokedGpuLikeTheDaemonSet) {
   ASSERT_EQ(scraped.exit_code, 0) << scraped.err;
   EXPECT_GE(metric_value(scraped.out, "gpu_devwatch_regrants_total", {{"result", "success"}}).value_or(0), 1);
   EXPECT_EQ(metric_value(scraped.out, "gpu_devwatch_build_info", {{"version", image_.tag}}), 1) << scraped.out;
+}
+
+// What a registry gets from `skopeo copy --all`: tag <version> is an OCI image index with
+// one image per architecture, each with its platform; each image's config says the same
+// architecture; unpacked, each runs its own binary in its own root (`chroot`: only the
+// image's libraries), arm64 under qemu-user, and says the version of the binary it was
+// built from.
+TEST_F(ImageUnderRunc, TheIndexHasAnImagePerArchitectureAndEachRunsItsVersion) {
+  if (image_.arches.size() < 2)
+    GTEST_SKIP() << "no arm64 cross-build beside this amd64 one: scripts/build.sh --arch arm64 (scripts/test.sh "
+                    "builds it)";
+  auto blob = [&](const std::string& digest) {
+    return json::parse(read_file(image_.layout + "/blobs/sha256/" + digest.substr(digest.find(':') + 1)));
+  };
+  const json top = json::parse(read_file(image_.layout + "/index.json"));
+  json index_descriptor;
+  std::map<std::string, std::string> tag_digests;  // "<version>-<arch>" -> manifest digest
+  for (const auto& d : top["manifests"]) {
+    const std::string name = d["annotations"].value("org.opencontainers.image.ref.name", "");
+    if (name == image_.tag) index_descriptor = d;
+    tag_digests[name] = d["digest"];
+  }
+  ASSERT_FALSE(index_descriptor.is_null()) << "no tag " << image_.tag << " in " << top.dump(2);
+  EXPECT_EQ(index_descriptor["mediaType"], "application/vnd.oci.image.index.v1+json");
+  const json index = blob(index_descriptor["digest"]);
+  ASSERT_EQ(index["manifests"].size(), 2u) << index.dump(2);
+
+  std::set<std::string> seen;
+  for (const auto& m : index["manifests"]) {
+    const std::string arch = m["platform"]["architecture"];
+    SCOPED_TRACE(arch);
+    seen.insert(arch);
+    EXPECT_EQ(m["platform"]["os"], "linux");
+    EXPECT_EQ(m["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+    EXPECT_EQ(m["digest"], tag_digests[image_.tag + "-" + arch]) << "the index's image is the tag's";
+    const json config = blob(blob(m["digest"])["config"]["digest"]);
+    EXPECT_EQ(config["architecture"], arch);
+    EXPECT_EQ(config["config"]["Entrypoint"], json({"/usr/local/bin/gpu-devwatch"}));
+
+    const std::string bundle = work_ / ("bundle-" + arch);
+    auto unpacked = run_command({"umoci", "unpack", "--image", image_.layout + ":" + image_.tag + "-" + arch, bundle}, 120s);
+    ASSERT_EQ(unpacked.exit_code, 0) << unpacked.out << unpacked.err;
+    auto file = run_command({"readelf", "-h", bundle + "/rootfs/usr/local/bin/gpu-devwatch"});
+    EXPECT_NE(file.out.find(arch == "arm64" ? "AArch64" : "X86-64"), std::string::npos) << file.out;
+    auto ran = run_command({"chroot", bundle + "/rootfs", "/usr/local/bin/gpu-devwatch", "--version"}, 60s);
+    EXPECT_EQ(ran.exit_code, 0) << ran.out << ran.err;
+    const std::string built_from = arch == kHostArch ? GDW_BINARY : arm64_binary();
+    auto expected = run_command({built_from, "version"});
+    EXPECT_EQ(ran.out, expected.out) << "the image's binary is the one it was built from";
+    EXPECT_EQ(ran.out.rfind("gpu-devwatch " + image_.tag + " ", 0), 0u) << ran.out;
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"amd64", "arm64"}));
 }
 
 }  // namespace

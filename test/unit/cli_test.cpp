@@ -146,6 +146,8 @@ TEST(Cli, CommandsGetTheirParsedOptions) {
   EXPECT_EQ(nvml.args.value("--library"), "/lib/libnvidia-ml.so.1");
 
   EXPECT_EQ(resolve({"version"}).command, "version");
+  EXPECT_EQ(resolve({"--version"}).command, "version") << "--version is the version command";
+  EXPECT_EQ(resolve({"--version", "extra"}).exit_code, 2);
 }
 
 }  // namespace
