@@ -215,8 +215,9 @@ TEST_F(RepairLoopTest, AProgramAttachersExecutableIsReadByTheRepairNotBeforeIt) 
   // emulated process itself; natively it is this test's binary (the attacher is forked).
   const std::string attacher_exe = exe_of(attacher.pid());
   EXPECT_EQ(w->last_revocation->exe, attacher_exe);
-  if (attacher_exe.find("/qemu-") == std::string::npos)
+  if (attacher_exe.find("/qemu-") == std::string::npos) {
     EXPECT_EQ(attacher_exe, own_exe()) << "the attacher's executable (this test, forked)";
+  }
   EXPECT_EQ(w->last_revocation->writer, "runc");
   EXPECT_EQ(metric("gpu_devwatch_revocations_total", {{"writer", "runc"}}), 1);
 }
