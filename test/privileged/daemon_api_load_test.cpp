@@ -12,15 +12,14 @@
 #include <cstdio>
 #include <thread>
 
-#include "support/daemon_fixture.h"
-#include "support/fake_apiserver.h"
+#include "support/daemon_api_fixture.h"
 
 namespace gdw::test {
 namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kNode = "gpu-node-1";
+constexpr const char* kNode = kApiNode;
 
 json gated_pod(const SandboxContainer& c) {
   return {{"kind", "Pod"},
@@ -68,16 +67,7 @@ Counts count(const std::vector<RecordedRequest>& requests) {
   return c;
 }
 
-class DaemonApiLoad : public DaemonWithTrainerTest {
- protected:
-  void SetUp() override {
-    DaemonWithTrainerTest::SetUp();
-    if (!set_up()) return;
-    if (!api_.running()) GTEST_SKIP() << "no local HTTPS server: " << api_.setup_error();
-    daemon_->set_env({std::string("NODE_NAME=") + kNode});
-  }
-  FakeApiServer api_;
-};
+class DaemonApiLoad : public DaemonWithApiServerTest {};
 
 TEST_F(DaemonApiLoad, TheFirstMinuteAsksOnlyTheCacheAndWritesOncePerObject) {
   std::vector<const SandboxContainer*> pods{c_};

@@ -14,8 +14,7 @@
 #include <thread>
 
 #include "kubelet/checkpoint.h"
-#include "support/daemon_fixture.h"
-#include "support/fake_apiserver.h"
+#include "support/daemon_api_fixture.h"
 #include "support/kubelet_grpc_fakes.h"
 
 namespace gdw::test {
@@ -23,7 +22,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kNode = "gpu-node-1";
+constexpr const char* kNode = kApiNode;
 constexpr const char* kDegraded = "GPUDeviceAccessDegraded";
 constexpr const char* kStale = "GPUAllocationRecordStale";
 constexpr const char* kPlugin = "GPUDevicePluginUnresponsive";
@@ -39,24 +38,9 @@ json pod_object(const SandboxContainer& c, bool gate) {
   return p;
 }
 
-class DaemonConditions : public DaemonWithTrainerTest {
+class DaemonConditions : public DaemonWithApiServerTest {
  protected:
-  void SetUp() override {
-    DaemonWithTrainerTest::SetUp();
-    if (!set_up()) return;
-    if (!api_.running()) GTEST_SKIP() << "no local HTTPS server: " << api_.setup_error();
-    daemon_->set_env({std::string("NODE_NAME=") + kNode});
-  }
-  std::string status_of(const std::string& type) {
-    auto c = api_.node_conditions();
-    return c.count(type) ? c[type].value("status", "") : "";
-  }
-  std::string gate_of(const SandboxContainer& c) {
-    auto g = api_.pod_condition(c.spec.pod_namespace, c.spec.pod_name);
-    return g.is_object() ? g.value("status", "") : "";
-  }
   bool all_false() { return status_of(kDegraded) == "False" && status_of(kStale) == "False" && status_of(kPlugin) == "False"; }
-  FakeApiServer api_;
 };
 
 TEST_F(DaemonConditions, DegradedFollowsAnObserveModeRevocationPastTheGrace) {

@@ -11,8 +11,7 @@
 
 #include <thread>
 
-#include "support/daemon_fixture.h"
-#include "support/fake_apiserver.h"
+#include "support/daemon_api_fixture.h"
 #include "support/kubelet_grpc_fakes.h"
 
 namespace gdw::test {
@@ -20,7 +19,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kNode = "gpu-node-1";
+constexpr const char* kNode = kApiNode;
 constexpr const char* kDegraded = "GPUDeviceAccessDegraded";
 constexpr const char* kGate = "gpu-devwatch.io/devices-ready";
 constexpr const char* kBefore = "2026-01-15T08:00:00Z";
@@ -46,22 +45,8 @@ json condition(const std::string& type, const std::string& status) {
           {"message", "as left"}, {"lastTransitionTime", kBefore}, {"lastHeartbeatTime", kBefore}};
 }
 
-class DaemonRestartTruth : public DaemonWithTrainerTest {
+class DaemonRestartTruth : public DaemonWithApiServerTest {
  protected:
-  void SetUp() override {
-    DaemonWithTrainerTest::SetUp();
-    if (!set_up()) return;
-    if (!api_.running()) GTEST_SKIP() << "no local HTTPS server: " << api_.setup_error();
-    daemon_->set_env({std::string("NODE_NAME=") + kNode});
-  }
-  std::string status_of(const std::string& type) {
-    auto c = api_.node_conditions();
-    return c.count(type) ? c[type].value("status", "") : "";
-  }
-  std::string gate_of(const SandboxContainer& c) {
-    auto g = api_.pod_condition(c.spec.pod_namespace, c.spec.pod_name);
-    return g.is_object() ? g.value("status", "") : "";
-  }
   // The statuses each node PATCH gave `type`, in order.
   std::vector<std::string> node_writes_of(const std::string& type) {
     std::vector<std::string> out;
@@ -81,7 +66,6 @@ class DaemonRestartTruth : public DaemonWithTrainerTest {
     api_.set_node_conditions(json::array({condition(kDegraded, degraded), condition("GPUAllocationRecordStale", "False"),
                                           condition("GPUDevicePluginUnresponsive", "False")}));
   }
-  FakeApiServer api_;
 };
 
 TEST_F(DaemonRestartTruth, ARestartWithDegradedTrueAndTheGateFalseWritesNoRecovery) {
