@@ -45,8 +45,9 @@ packages=(
   # the CRI runtime matrix (test/runtime): kubelet's gRPC calls to containerd from Python
   python3-grpcio python3-grpc-tools
   debootstrap systemd-container dbus
-  # the kernel matrix (scripts/kernel-matrix.sh): Debian's kernels under QEMU (TCG)
-  qemu-system-x86 cpio
+  # the kernel matrix (scripts/kernel-matrix.sh): Debian's kernels under QEMU (TCG), the
+  # arm64 cell's under qemu-system-aarch64
+  qemu-system-x86 qemu-system-arm cpio
   # the container image (scripts/build-image.sh) and the Debian package (cpack, dpkg-shlibdeps)
   umoci dpkg-dev
   util-linux iproute2 procps curl

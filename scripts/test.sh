@@ -6,8 +6,10 @@
 # it needs a real NVIDIA GPU, which CI does not have.
 #
 # On amd64 it also cross-builds for arm64 (scripts/build.sh --arch arm64, into build-arm64:
-# the daemon and the unit tests) and runs the unit tests there under qemu-user
-# (ctest -L unit: CMAKE_CROSSCOMPILING_EMULATOR). GDW_ARM64=0 leaves arm64 out.
+# the daemon, the unit tests and the arm64 kernel matrix cell's guest tests) and runs the
+# unit tests there under qemu-user (ctest -L unit: CMAKE_CROSSCOMPILING_EMULATOR); the arm64
+# cell (privileged.kernel_matrix.arm64_6_1) runs with the other ctest tests. GDW_ARM64=0
+# leaves arm64 out (that cell included: it is not registered).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +20,7 @@ scripts/install-deps.sh
 werror=()
 if [[ "${CI:-}" == "true" ]]; then werror=(env GDW_WERROR=ON); fi
 "${werror[@]}" scripts/build.sh
-if ((arm64)); then "${werror[@]}" scripts/build.sh --arch arm64 gpu-devwatch unit-tests; fi
+if ((arm64)); then "${werror[@]}" scripts/build.sh --arch arm64 gpu-devwatch unit-tests arm64-guest-tests; fi
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -309,7 +309,17 @@ Result<std::unique_ptr<Probe>> load_with(const ProbeOptions& options, AttachHook
   if (auto attached = probe->attach_always_on(); !attached) return attached.error();
   probe->prepare_attach_hook();
   // What the node's policy is made of is not known yet: both hooks, until focus() says.
-  if (auto focused = probe->focus(DevicePolicyForm::kUnknown); !focused) return focused.error();
+  if (auto focused = probe->focus(DevicePolicyForm::kUnknown); !focused) {
+    // A kernel may load the write path hook and still refuse to attach it (Debian's arm64
+    // 6.1: an fexit program on a kernel function needs ftrace direct calls, which arm64 has
+    // from 6.5; ENOTSUPP): the probe works on without it, as where it does not load.
+    if (write_hook && !probe->write_path_hook()) {
+      std::string why = focused.error().message;
+      probe.reset();  // destroys the skeleton
+      return load_with(options, refusals, why);
+    }
+    return focused.error();
+  }
   if (options.syscall_hook) {
     if (auto hooked = probe->set_syscall_hook(true); !hooked) return hooked.error();
   }
