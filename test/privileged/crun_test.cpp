@@ -70,17 +70,8 @@ class CrunCgroupfs : public ::testing::TestWithParam<Case> {
   int open_errno(const std::string& path) { return container_->open_errno(path); }
 
   // crun creates the container's cgroup in every v1 controller (v1) or only in cgroup2 (v2).
-  struct ControllerCleanup {
-    std::string name;
-    ~ControllerCleanup() {
-      if (name.empty()) return;
-      for (const char* ctrl : {"blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer", "memory", "pids", "systemd",
-                               "hugetlb", "net_cls", "net_prio", "perf_event", "rdma", "misc", "unified"})
-        remove_cgroup_tree(std::string("/sys/fs/cgroup/") + ctrl + "/" + name);
-    }
-  };
   // Destroyed last: after the container and the sandbox node.
-  ControllerCleanup cleanup_;
+  EveryHierarchyCleanup cleanup_;
   std::unique_ptr<SandboxNode> node_;
   std::unique_ptr<OciContainer> container_;
   std::string pod_uid_;

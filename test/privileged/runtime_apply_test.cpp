@@ -30,17 +30,6 @@ constexpr int kCreates = 12;
 const std::vector<OciDeviceNode> kNodes{{"/gpu/nvidia0", 195, 0}, {"/gpu/nvidiactl", 195, 255},
                                         {"/gpu/nvidia1", 195, 1}, {"/gpu/nvidia-uvm", kUvmMajor, 0}};
 
-// The runtimes create a container's cgroup in every v1 controller (v1) or only in cgroup2.
-struct ControllerCleanup {
-  std::string name;
-  ~ControllerCleanup() {
-    if (name.empty()) return;
-    for (const char* ctrl : {"blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer", "memory", "pids", "systemd",
-                             "hugetlb", "net_cls", "net_prio", "perf_event", "rdma", "misc", "unified"})
-      remove_cgroup_tree(std::string("/sys/fs/cgroup/") + ctrl + "/" + name);
-  }
-};
-
 class RuntimeApply : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RuntimeApply, CreatesBesideTheDaemonNeverFailAndTheGpuIsGrantedAfterEach) {
@@ -48,7 +37,7 @@ TEST_P(RuntimeApply, CreatesBesideTheDaemonNeverFailAndTheGpuIsGrantedAfterEach)
   if (!SandboxNode::available(v2) || !OciContainer::available(runtime))
     GTEST_SKIP() << "needs root, the cgroup " << (v2 ? "v2" : "v1 devices") << " hierarchy, " << to_string(runtime)
                  << " and busybox-static";
-  ControllerCleanup cleanup;  // destroyed last
+  EveryHierarchyCleanup cleanup;  // destroyed last: the runtimes make cgroups in every hierarchy
   SandboxNode::Options options;
   options.v2 = v2;
   options.tag = "apply";

@@ -19,6 +19,8 @@ import subprocess
 import tarfile
 import time
 
+from proc_util import file_tail, kill_quietly
+
 IMAGE_REF = "docker.io/library/gdw-cri-busybox:1"
 SANDBOX_CMD = ["/bin/sleep", "1000000"]
 BUSYBOX = "/bin/busybox"
@@ -243,11 +245,7 @@ class Containerd:
             raise RuntimeError("image %s not listed after import: %s" % (IMAGE_REF, r.stdout.strip()))
 
     def log_tail(self, lines=30):
-        try:
-            with open(self.log_path, "rb") as f:
-                return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
-        except OSError:
-            return ""
+        return file_tail(self.log_path, lines)
 
     def shim_pids(self):
         """PIDs of the shims this containerd started (their command line names its socket)."""
@@ -273,12 +271,12 @@ class Containerd:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+        self.end_shims_and_log()
+
+    def end_shims_and_log(self):
         # Shims outlive containerd by design; end the ones ours started.
         for pid in self.shim_pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_quietly(pid)
         if self.log is not None:
             self.log.close()
             self.log = None

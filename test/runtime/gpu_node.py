@@ -23,6 +23,8 @@ import subprocess
 import time
 import urllib.request
 
+from proc_util import file_tail
+
 NVIDIA_MAJOR = 195
 UVM_MAJOR = 237
 CAPS_MAJOR = 238
@@ -404,11 +406,7 @@ class Daemon:
         return self.proc.returncode
 
     def log_tail(self, lines=40):
-        try:
-            with open(self.log_path, "rb") as f:
-                return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
-        except OSError:
-            return ""
+        return file_tail(self.log_path, lines)
 
 
 def copy_binary(src, dest_dir):

@@ -36,6 +36,7 @@ import subprocess
 import time
 
 import containerd_stack as cs
+from proc_util import file_tail, kill_quietly
 
 NSPAWN_RUN_DIR = "/run/systemd/nspawn"
 ROOTFS_NAME = "bookworm-rootfs"
@@ -302,11 +303,7 @@ class NspawnSystemd:
         self.boot_seconds = time.monotonic() - began
 
     def console_tail(self, lines=30):
-        try:
-            with open(self.console_path, "rb") as f:
-                return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
-        except OSError:
-            return ""
+        return file_tail(self.console_path, lines)
 
     # --- inside ---------------------------------------------------------------------------
 
@@ -467,20 +464,10 @@ class ContainerdInside(cs.Containerd):
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 if pid:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                    kill_quietly(pid)
                 try:
                     self.proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait(timeout=10)
-        for pid in self.shim_pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if self.log is not None:
-            self.log.close()
-            self.log = None
+        self.end_shims_and_log()

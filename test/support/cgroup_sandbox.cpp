@@ -31,6 +31,13 @@ int move_to_cgroup(const std::string& dir, pid_t pid) {
   return write_kernel_file(dir + "/cgroup.procs", std::to_string(pid));
 }
 
+EveryHierarchyCleanup::~EveryHierarchyCleanup() {
+  if (name.empty()) return;
+  for (const char* ctrl : {"blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer", "memory", "pids", "systemd",
+                           "hugetlb", "net_cls", "net_prio", "perf_event", "rdma", "misc", "unified"})
+    remove_cgroup_tree(std::string("/sys/fs/cgroup/") + ctrl + "/" + name);
+}
+
 void remove_cgroup_tree(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return;

@@ -63,4 +63,12 @@ int move_to_cgroup(const std::string& dir, pid_t pid);
 // Removes a cgroup directory tree deepest first (each must be empty of processes).
 void remove_cgroup_tree(const std::string& dir);
 
+// A real runtime makes a container's cgroup in every v1 controller (or only in cgroup2): on
+// destruction, the tree `name` (a test's parent, below each hierarchy's root) is removed from
+// every hierarchy. Declared before what starts containers, so that it goes last.
+struct EveryHierarchyCleanup {
+  std::string name;  // empty: nothing to remove
+  ~EveryHierarchyCleanup();
+};
+
 }  // namespace gdw::test
