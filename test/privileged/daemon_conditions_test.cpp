@@ -7,8 +7,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cerrno>
 #include <filesystem>
 #include <thread>
@@ -20,23 +18,9 @@
 namespace gdw::test {
 namespace {
 
-using json = nlohmann::json;
-
-constexpr const char* kNode = kApiNode;
 constexpr const char* kDegraded = "GPUDeviceAccessDegraded";
 constexpr const char* kStale = "GPUAllocationRecordStale";
 constexpr const char* kPlugin = "GPUDevicePluginUnresponsive";
-
-json pod_object(const SandboxContainer& c, bool gate) {
-  json p = {{"kind", "Pod"},
-            {"metadata", {{"name", c.spec.pod_name}, {"namespace", c.spec.pod_namespace}, {"uid", c.spec.pod_uid}}},
-            {"spec", {{"nodeName", kNode}, {"containers", json::array({{{"name", c.spec.container_name}}})}}},
-            {"status",
-             {{"phase", "Running"},
-              {"containerStatuses", json::array({{{"name", c.spec.container_name}, {"started", true}}})}}}};
-  if (gate) p["spec"]["readinessGates"] = json::array({{{"conditionType", "gpu-devwatch.io/devices-ready"}}});
-  return p;
-}
 
 class DaemonConditions : public DaemonWithApiServerTest {
  protected:
@@ -150,8 +134,8 @@ TEST_F(DaemonConditions, TheReadinessGateFollowsThePodThroughADroppedWatch) {
   const auto& plain = node_->add_container({.pod_namespace = "ml", .pod_name = "plain-0", .container_name = "c",
                                             .device_ids = {node_->gpu_uuid(1)}});
   node_->write_checkpoint();
-  api_.add_pod(pod_object(*c_, true));
-  api_.add_pod(pod_object(plain, false));
+  api_.add_pod(running_pod_object(*c_, true));
+  api_.add_pod(running_pod_object(plain, false));
   std::this_thread::sleep_for(100ms);
   ASSERT_TRUE(daemon_->start("mode: observe\n" + api_.config_yaml("", "  grace: 1s\n"))) << daemon_->output();
   ASSERT_TRUE(eventually([&] { return gate_of(*c_) == "True"; }, 5s)) << daemon_->output();
@@ -170,7 +154,7 @@ TEST_F(DaemonConditions, TheReadinessGateFollowsThePodThroughADroppedWatch) {
   // The watch is cut off; a pod that arrives after it is still seen (reconnected).
   api_.drop_watches();
   const auto& late = node_->add_container({.pod_namespace = "ml", .pod_name = "late-0", .container_name = "w"});
-  api_.add_pod(pod_object(late, true));
+  api_.add_pod(running_pod_object(late, true));
   ASSERT_TRUE(eventually([&] { return gate_of(late) == "True"; }, 5s)) << daemon_->output();
 
   ASSERT_EQ(node_->cgroups().allow(c_->cgroup_rel, "c 195:0 rw"), 0);  // repaired (by hand: observe mode)
@@ -200,7 +184,7 @@ void repairs_stay_prompt(DaemonHarness& daemon, SandboxNode& node, const Sandbox
 
 TEST_F(DaemonConditions, AnAPIServerAnswering500NeverDelaysARepair) {
   api_.set_mode("500");
-  api_.add_pod(pod_object(*c_, true));
+  api_.add_pod(running_pod_object(*c_, true));
   ASSERT_TRUE(daemon_->start(api_.config_yaml("", "  grace: 0ms\n"))) << daemon_->output();
   // The node's read (before any write) is refused, and retried.
   ASSERT_TRUE(eventually([&] { return api_.requests_to("GET", "/api/v1/nodes/").size() >= 2; }, 8s))
@@ -214,7 +198,7 @@ TEST_F(DaemonConditions, AnAPIServerAnswering500NeverDelaysARepair) {
 
 TEST_F(DaemonConditions, AHangingAPIServerNeverDelaysARepairNorTheExit) {
   api_.set_mode("hang");
-  api_.add_pod(pod_object(*c_, true));
+  api_.add_pod(running_pod_object(*c_, true));
   ASSERT_TRUE(daemon_->start(api_.config_yaml("", "  grace: 0ms\n"))) << daemon_->output();
   ASSERT_TRUE(eventually([&] { return api_.requests_to("GET", "/api/v1/nodes/").size() >= 1; })) << daemon_->output();
   repairs_stay_prompt(*daemon_, *node_, *c_);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 
 #include "support/daemon_fixture.h"
@@ -13,6 +15,20 @@
 namespace gdw::test {
 
 inline constexpr const char* kApiNode = "gpu-node-1";
+
+// `c`'s pod on kApiNode as the API server serves it: Running, its one container started,
+// declaring the readiness gate when `gate`.
+inline nlohmann::json running_pod_object(const SandboxContainer& c, bool gate) {
+  using json = nlohmann::json;
+  json p = {{"kind", "Pod"},
+            {"metadata", {{"name", c.spec.pod_name}, {"namespace", c.spec.pod_namespace}, {"uid", c.spec.pod_uid}}},
+            {"spec", {{"nodeName", kApiNode}, {"containers", json::array({{{"name", c.spec.container_name}}})}}},
+            {"status",
+             {{"phase", "Running"},
+              {"containerStatuses", json::array({{{"name", c.spec.container_name}, {"started", true}}})}}}};
+  if (gate) p["spec"]["readinessGates"] = json::array({{{"conditionType", "gpu-devwatch.io/devices-ready"}}});
+  return p;
+}
 
 class DaemonWithApiServerTest : public DaemonWithTrainerTest {
  protected:

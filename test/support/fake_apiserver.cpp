@@ -124,6 +124,12 @@ void FakeApiServer::set_node_conditions(const nlohmann::json& conditions) {
 }
 void FakeApiServer::compact() { command({{"compact", true}}); }
 void FakeApiServer::drop_watches() { command({{"drop", true}}); }
+void FakeApiServer::expire_watches(const MissedPodChanges& missed) {
+  nlohmann::json changes = nlohmann::json::array();
+  for (const auto& pod : missed.added) changes.push_back({{"add", pod}});
+  for (const auto& [ns, name] : missed.deleted) changes.push_back({{"delete", {ns, name}}});
+  command({{"expire", changes}});  // one command: applied at once, before any watch sends
+}
 
 std::map<std::string, nlohmann::json> FakeApiServer::node_conditions() const {
   std::map<std::string, nlohmann::json> out;

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -57,9 +58,18 @@ class FakeApiServer {
   void add_pod(const nlohmann::json& pod);
   void modify_pod(const nlohmann::json& pod);
   void delete_pod(const std::string& pod_namespace, const std::string& name);
-  // Watches from a resourceVersion before now get 410 Gone; open watches are cut off.
+  // Watches from a resourceVersion before now get 410 Gone (compact), open watches are cut
+  // off (drop_watches).
   void compact();
   void drop_watches();
+  // Pods added and deleted (namespace, name) while the open watches fall behind: they end
+  // with an ERROR event, 410 Gone, in place of these changes and anything else they had
+  // not sent, and resourceVersions before now are compacted. Only a new list shows them.
+  struct MissedPodChanges {
+    std::vector<nlohmann::json> added;
+    std::vector<std::pair<std::string, std::string>> deleted;
+  };
+  void expire_watches(const MissedPodChanges& missed);
   // The node's conditions as merged from the PATCHes (type → condition); empty before any.
   std::map<std::string, nlohmann::json> node_conditions() const;
   // A pod's condition of `type` as merged from the PATCHes; null when absent.

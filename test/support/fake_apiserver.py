@@ -18,12 +18,16 @@ replaced, null deletes), and what it serves next shows them.
   pods, paged (a quorum read); with resourceVersion=0: all of them from the watch cache, the
   limit ignored, as the API server's cache answers. With &watch=true&resourceVersion=RV: a
   chunked stream of watch events after RV; an RV older than the last compaction gets an
-  ERROR event with code 410.
+  ERROR event with code 410, as does an open watch when the test expires it.
 - PATCH /api/v1/namespaces/<ns>/pods/<name>/status: merges the conditions into the pod
   (a MODIFIED event follows); 404 for no such pod, 422 when metadata.uid differs.
 - The test steers it through DIR/commands.jsonl, one JSON object a line, read as appended:
   {"add": pod} / {"modify": pod} / {"delete": [ns, name]}, {"compact": true} (watches from
   earlier resourceVersions get 410), {"drop": true} (every open watch is cut off),
+  {"expire": [changes]} (the changes, add/modify/delete commands, are made; then every open
+  watch ends with an ERROR event, code 410, in place of the events it has not sent yet, as
+  a watch ends when etcd compacted the revisions it had still to send, and earlier
+  resourceVersions are compacted: only a new list shows those changes),
   {"node_conditions": [...]} (the node's conditions as a previous run left them).
   DIR/mode holds "ok", "500" (every request answered 500), "429:N" or "503:N" (answered so
   with Retry-After: N) or "hang" (requests wait, without an answer, until the mode changes;
@@ -58,6 +62,7 @@ class State:
         self.rv = 100
         self.compacted = 0  # watches from an RV below this get 410
         self.drops = 0
+        self.expiries = 0
         self.node = {"conditions": []}  # the node's status
         self.created = set()
         self.commands_read = 0
@@ -85,6 +90,13 @@ class State:
         elif command.get("compact"):
             self.rv += 1  # what a watcher saw last is now older than the compaction
             self.compacted = self.rv
+        elif "expire" in command:
+            for change in command["expire"]:
+                self.apply(change)  # in the same instant: no open watch sends them
+            self.rv += 1
+            self.compacted = self.rv
+            self.expiries += 1
+            self.cv.notify_all()
         elif command.get("drop"):
             self.drops += 1
             self.cv.notify_all()
@@ -266,6 +278,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
+    def expired(self, rv):
+        """Ends a watch from `rv` as the API server does once `rv` is compacted away."""
+        self.chunk({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                "message": f"too old resource version: {rv}",
+                                                "reason": "Expired", "code": 410}})
+        self.wfile.write(b"0\r\n\r\n")
+
     def watch(self, query):
         node = query.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
@@ -275,15 +294,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         with self.state.cv:
-            drops = self.state.drops
+            drops, expiries = self.state.drops, self.state.expiries
             if since < self.state.compacted:
-                self.chunk({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                                        "message": f"too old resource version: {since}",
-                                                        "reason": "Expired", "code": 410}})
-                self.wfile.write(b"0\r\n\r\n")
-                return
+                return self.expired(since)
             sent = since
             while True:
+                if self.state.expiries != expiries:
+                    return self.expired(sent)  # what it has not sent yet is lost to it
                 if self.state.drops != drops or self.mode() != "ok":
                     return  # cut off (before what came with the cut): the connection just closes
                 for rv, kind, pod in self.state.history:
