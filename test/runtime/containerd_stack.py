@@ -186,7 +186,8 @@ class Containerd:
             "  enable_unprivileged_icmp = false",
             "[" + cri + ".containerd]",
             "  snapshotter = " + _toml_str(self.snapshotter),
-            '  default_runtime_name = "runc"',
+            # The CRI plugin refuses to load when its default runtime has no section.
+            "  default_runtime_name = " + _toml_str("runc" if "runc" in self.handlers else next(iter(self.handlers))),
             "[" + cri + ".cni]",
             "  bin_dir = " + _toml_str(os.path.join(self.base, "cni", "bin")),
             "  conf_dir = " + _toml_str(os.path.join(self.base, "cni", "conf")),

@@ -5,10 +5,11 @@ gRPC as kubelet drives it, with gpu-devwatch running beside it, in `enforce` mod
 resource update landed, the GPU container whole again, nothing extra granted and the sandbox
 untouched.
 
-Cells: v1 and v2 with the cgroupfs driver (containerd on the host), and v2-systemd-runc: cgroup
-v2 with the systemd driver under a real systemd 252, booted with systemd-nspawn on the unified
-hierarchy from the cached bookworm rootfs (nspawn_node.py); containerd (SystemdCgroup = true),
-its shim and runc 1.1.5 run inside it and talk to that systemd over D-Bus, the pods get
+Cells: runc 1.1.5, runc 1.0.0~rc93 and crun 1.8.1, each on v1 and v2 with the cgroupfs driver
+(containerd on the host), and on v2 with the systemd driver (v2-systemd-*) under a real systemd
+252, booted with systemd-nspawn on the unified hierarchy from the cached bookworm rootfs
+(nspawn_node.py); containerd (SystemdCgroup = true), its shim and the runtimes run inside it
+and talk to that systemd over D-Bus (one machine for the three runtimes), the pods get
 kubelet's slices, the NVIDIA hook's grant is played the v2 way, and every update is followed by
 a `systemctl daemon-reload` (pod_loop.py). The daemon runs on the host, pointed at that
 systemd's cgroup tree, bus and unit dirs.
@@ -21,7 +22,8 @@ Environment:
                       restarts per cell and mode; 200 for 200 of each, about 25 minutes)
   GDW_CRI_UPDATES     updates per start (default 2)
   GDW_CRI_CELLS       comma-separated subset of: v1-runc, v1-runc-rc93, v1-crun, v2-runc,
-                      v2-crun, v2-systemd-runc (default: all)
+                      v2-runc-rc93, v2-crun, v2-systemd-runc, v2-systemd-runc-rc93,
+                      v2-systemd-crun (default: all)
   GDW_CRI_MODES       default "enforce,observe"
   GDW_CRI_KEEP=1      keep the temp dir (logs) after the run
   GDW_CRI_DAEMON_CONFIG  YAML appended to every daemon configuration ("\\n" for newlines), e.g.
@@ -53,7 +55,13 @@ import nspawn_node as nn  # noqa: E402
 import pod_loop  # noqa: E402
 
 SKIP = 77
-ALL_CELLS = "v1-runc,v1-runc-rc93,v1-crun,v2-runc,v2-crun,v2-systemd-runc"
+ALL_CELLS = ("v1-runc,v1-runc-rc93,v1-crun,v2-runc,v2-runc-rc93,v2-crun,v2-systemd-runc,v2-systemd-runc-rc93,"
+             "v2-systemd-crun")
+# The systemd cells' runtimes: cell → containerd runtime handler.
+SYSTEMD_CELLS = {"v2-systemd-runc": "runc", "v2-systemd-runc-rc93": "runc-rc93", "v2-systemd-crun": "crun"}
+# crun's one library the minbase bookworm rootfs lacks (runc needs libseccomp and libc, which it has;
+# crun's others come with systemd).
+CRUN_LIBS_NOT_IN_ROOTFS = ("libyajl.so.2",)
 
 
 def env_int(name, default):
@@ -116,11 +124,12 @@ def write_v2_wrapper(path, binary, preload=None):
     os.chmod(path, 0o755)
 
 
-def write_systemd_wrapper(path, binary):
-    """The v2 wrapper for the v2/systemd cell, where it runs inside the nspawn machine (no
+def write_systemd_wrapper(path, binary, preload=None):
+    """The v2 wrapper for the v2/systemd cells, where it runs inside the nspawn machine (no
     python3 there): sed drops linux.resources.cpu from the bundle before `<runtime> create`.
     containerd writes config.json compactly (Go's encoding/json), and the OCI cpu object holds
-    scalars only."""
+    scalars only. crun gets the memlock shim (`preload`), as on the host."""
+    env = "env LD_PRELOAD=%s " % preload if preload else ""
     with open(path, "w") as f:
         f.write("#!/bin/sh\n"
                 "b=.\n"
@@ -135,7 +144,7 @@ def write_systemd_wrapper(path, binary):
                 "    break\n"
                 "  fi\n"
                 "done\n"
-                "exec %s \"$@\"\n" % binary)
+                "exec %s%s \"$@\"\n" % (env, binary))
     os.chmod(path, 0o755)
 
 
@@ -274,10 +283,16 @@ def verdict(results, not_run, ci):
             failures.append("%s: opens from inside not as expected: %s" % (name, st.exec_failures[:2]))
         if st.extras:
             failures.append("%s: granted beyond the allocation: %s" % (name, st.extras[:2]))
-        # Under the systemd driver the daemon adds the GPU to each new scope's DeviceAllow=
+        # Under the systemd driver the daemon adds the GPU to each new runc scope's DeviceAllow=
         # once runc's create has written its drop-ins, so that the next daemon-reload keeps it.
-        if st.hook_grants and not st.systemd_regrants:
+        # crun's scopes keep DevicePolicy=auto and no DeviceAllow=: one added there would make
+        # systemd enforce and take away what crun allows, so the daemon must add none.
+        crun = " crun " in st.cell
+        if st.hook_grants and not crun and not st.systemd_regrants:
             failures.append("%s: the daemon never added to a scope's DeviceAllow=" % name)
+        if crun and st.systemd_regrants:
+            failures.append("%s: the daemon added to a crun scope's DeviceAllow= %d times" % (name,
+                                                                                           st.systemd_regrants))
     # The v2/systemd cell's NVIDIA hook failures are printed, not judged: the hook's grant runs
     # here after StartContainer returned, not inside runc's create as on a node.
     if ci:
@@ -285,25 +300,66 @@ def verdict(results, not_run, ci):
     return failures
 
 
-def run_systemd_cell(args, base, cgroups, daemon_bin, image_tar, version, modes, created, stacks, machines, not_run,
-                     results):
-    """v2-systemd-runc: the stack inside a real systemd (nspawn_node.py), the daemon on the host."""
+def systemd_runtimes(cells, args, old_runc, versions, not_run):
+    """The v2/systemd cells' runtimes that can run here: {handler: (binary, preload)}."""
+    runtimes = {}
+    for cell, handler in SYSTEMD_CELLS.items():
+        if cell not in cells:
+            continue
+        if handler == "runc":
+            runtimes[handler] = (cs.RUNC, None)
+        elif handler == "runc-rc93":
+            if old_runc:
+                runtimes[handler] = (old_runc, None)
+            else:
+                not_run.append("v2/systemd runc 1.0.0~rc93: no runc rc93 (see the v1 cell's reason)")
+        elif args.memlock_shim and os.path.exists(args.memlock_shim):
+            runtimes[handler] = (cs.CRUN, args.memlock_shim)
+            versions["crun"] = runtime_version(cs.CRUN)
+        else:
+            not_run.append("v2/systemd crun: needs --memlock-shim (libmemlock_shim.so, built with the tests)")
+    return runtimes
+
+
+def crun_library_binds():
+    """Read-only binds of crun's libraries the machine's rootfs lacks, at their own paths."""
+    binds = []
+    for name in CRUN_LIBS_NOT_IN_ROOTFS:
+        for libdir in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+                       "/usr/lib/aarch64-linux-gnu"):
+            path = os.path.join(libdir, name)
+            if os.path.exists(path):
+                binds.append(os.path.realpath(path) + ":" + path)
+                break
+    return binds
+
+
+def run_systemd_cells(args, base, cgroups, daemon_bin, image_tar, runtimes, versions, modes, created, stacks,
+                      machines, not_run, results):
+    """The v2-systemd-* cells: the stack inside one real systemd (nspawn_node.py), the daemon on
+    the host; `runtimes`: {handler: (binary, preload)}, each a containerd runtime handler."""
     why = nn.unavailable_reason()
     rootfs = None
     if not why:
         rootfs, why = nn.ensure_rootfs()
     if why:
-        not_run.append("v2/systemd runc: " + why)
+        not_run += ["v2/systemd %s: %s" % (handler, why) for handler in runtimes]
         return
     ctd_dir = os.path.join(base, "containerd-v2sd")
     node_dir = os.path.join(base, "node-v2sd")
     os.makedirs(ctd_dir)
     node = gn.GpuNode(node_dir, cgroups, v2=True)
     node.build()  # before the boot: its directory is bind-mounted into the machine
-    wrapper = os.path.join(ctd_dir, "runc-sd")
-    write_systemd_wrapper(wrapper, cs.RUNC)
+    wrappers = {}
+    binds_ro = [cs.CONTAINERD, cs.SHIM]
+    for handler, (binary, preload) in runtimes.items():
+        wrappers[handler] = os.path.join(ctd_dir, handler + "-sd")
+        write_systemd_wrapper(wrappers[handler], binary, preload)
+        binds_ro += [binary] + ([preload] if preload else [])
+        if binary == cs.CRUN:
+            binds_ro += crun_library_binds()
     machine = nn.NspawnSystemd(os.path.join(base, "nspawn"), cgroups.name + "-nspawn", binds_rw=[ctd_dir, node_dir],
-                               binds_ro=[cs.CONTAINERD, cs.SHIM, cs.RUNC])
+                               binds_ro=binds_ro)
     machines.append(machine)
     setting_up = time.monotonic()
     machine.boot(rootfs)
@@ -315,7 +371,7 @@ def run_systemd_cell(args, base, cgroups, daemon_bin, image_tar, version, modes,
     machine.start_slice("kubepods-burstable.slice", "kubepods.slice")
     node.kubepods = machine.payload_rel + "/kubepods.slice"
     node.systemd = {"bus_address": machine.bus_address, "unit_dirs": machine.unit_dirs}
-    ctd = nn.ContainerdInside(ctd_dir, {"runc": wrapper}, machine, "gdw-containerd-%d" % os.getpid())
+    ctd = nn.ContainerdInside(ctd_dir, wrappers, machine, "gdw-containerd-%d" % os.getpid())
     stacks.append(ctd)
     ctd.start()
     ctd.import_image(image_tar)
@@ -324,10 +380,11 @@ def run_systemd_cell(args, base, cgroups, daemon_bin, image_tar, version, modes,
     print("v2/systemd: containerd %d in %s, stack ready in %.1f s" % (ctd.pid, ctd.unit, time.monotonic() - setting_up),
           flush=True)
     try:
-        label = "v2/systemd %s (no CPU at create)" % version
-        for mode in modes:
-            results.append(run_cell(label, "runc", ctd, cri, cgroups, node, daemon_bin, mode, args, base, created,
-                                    v2=True, systemd=machine))
+        for handler in runtimes:
+            label = "v2/systemd %s (no CPU at create)" % versions[handler]
+            for mode in modes:
+                results.append(run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, base, created,
+                                        v2=True, systemd=machine))
     finally:
         cri.close()
 
@@ -387,13 +444,15 @@ def main():
     try:
         handlers = {"runc": cs.RUNC}
         versions = {"runc": runtime_version(cs.RUNC)}
-        if "v1-runc-rc93" in cells:
+        old = None
+        if any(c.endswith("-runc-rc93") for c in cells):
             old, why = cs.fetch_old_runc(os.environ.get("GDW_TEST_ROOTFS_CACHE") or None)
             if old:
-                handlers["runc-rc93"] = old
                 versions["runc-rc93"] = runtime_version(old)
             else:
-                not_run.append("v1/cgroupfs runc 1.0.0~rc93: " + why)
+                not_run.append("runc 1.0.0~rc93 (every rc93 cell): " + why)
+        if "v1-runc-rc93" in cells and old:
+            handlers["runc-rc93"] = old
         if "v1-crun" in cells:
             write_crun_wrapper(os.path.join(base, "crun-v1"))
             handlers["crun"] = os.path.join(base, "crun-v1")
@@ -421,6 +480,9 @@ def main():
         if "v2-runc" in cells:
             write_v2_wrapper(os.path.join(base, "runc-v2"), cs.RUNC)
             v2_handlers["runc"] = os.path.join(base, "runc-v2")
+        if "v2-runc-rc93" in cells and old:
+            write_v2_wrapper(os.path.join(base, "runc-rc93-v2"), old)
+            v2_handlers["runc-rc93"] = os.path.join(base, "runc-rc93-v2")
         if "v2-crun" in cells:
             if args.memlock_shim and os.path.exists(args.memlock_shim):
                 write_v2_wrapper(os.path.join(base, "crun-v2"), cs.CRUN, args.memlock_shim)
@@ -445,9 +507,10 @@ def main():
                     results.append(run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, base,
                                             created, v2=True))
             cri.close()
-        if "v2-systemd-runc" in cells:
-            run_systemd_cell(args, base, cgroups, daemon_bin, image_tar, versions["runc"], modes, created, stacks,
-                             machines, not_run, results)
+        sd_runtimes = systemd_runtimes(cells, args, old, versions, not_run)
+        if sd_runtimes:
+            run_systemd_cells(args, base, cgroups, daemon_bin, image_tar, sd_runtimes, versions, modes, created,
+                              stacks, machines, not_run, results)
     except Terminated as e:
         failed_setup = "terminated by " + str(e)
     except Exception as e:  # a broken stack is a failure with its reason, after the cleanup

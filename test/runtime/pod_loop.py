@@ -153,7 +153,12 @@ class PodLoop:
         # systemd driver: "<slice>:<prefix>:<name>" is the unit <prefix>-<name>.scope in the slice,
         # below the nspawn machine's cgroup2 root.
         slice_, prefix, name = path.split(":")
-        return "/%s/%s/%s-%s.scope" % (self.systemd.payload_rel, expand_slice(slice_), prefix, name)
+        scope = "/%s/%s/%s-%s.scope" % (self.systemd.payload_rel, expand_slice(slice_), prefix, name)
+        # crun runs the container in a `container` sub-cgroup of its scope, and attaches its
+        # device program there (runc: in the scope itself).
+        if os.path.isdir(self.v2_dir(scope + "/container")):
+            return scope + "/container"
+        return scope
 
     def sandbox_cgroup(self):
         if self.systemd is not None:
@@ -391,7 +396,7 @@ class PodLoop:
             self.st.error(e)
             return
         self.st.updates += 1
-        unit = cgpath.rsplit("/", 1)[1]
+        unit = [part for part in cgpath.split("/") if part.endswith(".scope")][-1]
         weight = cpu_weight(shares)
         r = self.systemd.systemctl("set-property", "--runtime", unit, "CPUWeight=%d" % weight)
         changed = time.monotonic()
