@@ -7,6 +7,8 @@
 // same run, each attach hook kind side by side wherever this kernel loads it (the others
 // are listed with why they were refused):
 //   none            no probe
+//   none:again      no probe either: the A/A control, measured like any configuration, whose
+//                   spread is the run's noise
 //   v2:lsm          the probe on a cgroup v2 node with the attach hook on lsm/bpf (bpf in
 //                   the active LSM list; only bpf() calls pass it)
 //   v2:fexit        ... on fexit/cgroup_bpf_prog_attach (BPF trampolines; only cgroup
@@ -27,8 +29,19 @@
 // the probe loaded a few cgroups and the GPU major are watched (none of them the
 // worker's), as in a daemon that watches GPU containers.
 //
-//   probe_overhead [rounds] [writes-per-round] [opens-per-round] [mmaps-per-round]
-// (the /proc and socket loops run as many calls as the open loop)
+// Each round measures no probe between every two configurations (none, A, none, B, none,
+// ...; the order of A, B, ... rotates from round to round), and each configuration's
+// round ratio is its time over the mean of the two no-probe times beside it, so drift of
+// the machine (an emulated guest's, a shared VM's) cancels. The summary gives, per
+// configuration and call, the median of those round ratios with their quartiles and range
+// (the A/A control's show how far nothing moves), and the minimum of each as before.
+//
+// Before each measurement the bench sleeps --settle-ms (default 100) after the last probe
+// load or unload and runs every loop a tenth as long untimed.
+//
+//   probe_overhead [--modes=NAME,...] [--settle-ms=MS] [rounds] [writes-per-round] [opens-per-round] [mmaps-per-round]
+// (the /proc and socket loops run as many calls as the open loop; --modes: the
+// configurations to measure besides none, e.g. --modes=none:again,v2:lsm,v2:fexit)
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -40,6 +53,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -115,11 +129,16 @@ double time_socket_round_trips(long calls) {
   return ns;
 }
 
-double median(std::vector<double> values) {
+// The q-quantile (0..1) of `values`, interpolated between the two nearest.
+double quantile(std::vector<double> values, double q) {
   std::sort(values.begin(), values.end());
-  std::size_t mid = values.size() / 2;
-  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+  const double at = q * static_cast<double>(values.size() - 1);
+  const auto below = static_cast<std::size_t>(at);
+  if (below + 1 >= values.size()) return values.back();
+  return values[below] + (at - static_cast<double>(below)) * (values[below + 1] - values[below]);
 }
+
+double median(std::vector<double> values) { return quantile(std::move(values), 0.5); }
 
 // The unrelated process: runs one timed loop per request on a pipe, answers ns per call.
 class Worker {
@@ -184,7 +203,7 @@ struct Mode {
 std::vector<Mode> all_modes() {
   using gdw::AttachHookKind;
   using gdw::DevicePolicyForm;
-  std::vector<Mode> modes{{"none", false}};
+  std::vector<Mode> modes{{"none", false}, {"none:again", false}};
   for (AttachHookKind kind : gdw::kAttachHookKinds)
     modes.push_back({"v2:" + std::string(gdw::to_string(kind)), true, DevicePolicyForm::kPrograms, kind});
   modes.push_back({"v1", true, DevicePolicyForm::kRuleFiles});
@@ -222,10 +241,37 @@ gdw::Result<std::unique_ptr<gdw::Probe>> load_probe(const Mode& mode) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
-  long writes = argc > 2 ? std::atol(argv[2]) : 500000;
-  long opens = argc > 3 ? std::atol(argv[3]) : 100000;
-  long mmaps = argc > 4 ? std::atol(argv[4]) : 100000;
+  std::vector<std::string> chosen;  // --modes: empty for all
+  std::vector<const char*> numbers;
+  int settle_ms = 100;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--modes=", 8) == 0) {
+      std::string list = argv[i] + 8;
+      for (std::size_t at = 0; at <= list.size();) {
+        const std::size_t comma = std::min(list.find(',', at), list.size());
+        if (comma > at) chosen.push_back(list.substr(at, comma - at));
+        at = comma + 1;
+      }
+    } else if (std::strncmp(argv[i], "--settle-ms=", 12) == 0) {
+      settle_ms = std::atoi(argv[i] + 12);
+    } else {
+      numbers.push_back(argv[i]);
+    }
+  }
+  int rounds = numbers.size() > 0 ? std::atoi(numbers[0]) : 7;
+  long writes = numbers.size() > 1 ? std::atol(numbers[1]) : 500000;
+  long opens = numbers.size() > 2 ? std::atol(numbers[2]) : 100000;
+  long mmaps = numbers.size() > 3 ? std::atol(numbers[3]) : 100000;
+  for (const std::string& name : chosen) {
+    const auto known = all_modes();
+    if (std::none_of(known.begin(), known.end(), [&](const Mode& m) { return m.name == name; })) {
+      std::fprintf(stderr, "probe_overhead: unknown mode '%s' (known:", name.c_str());
+      for (const Mode& m : known) std::fprintf(stderr, " %s", m.name.c_str());
+      std::fprintf(stderr, ")\n");
+      return 2;
+    }
+  }
+  if (rounds < 1) return 2;
 
   // One CPU for the worker: no migrations between the timed loops.
   cpu_set_t cpus;
@@ -240,8 +286,12 @@ int main(int argc, char** argv) {
   Worker worker(null_fd, file);
 
   // Which configurations this kernel loads (each tried once, unloaded before the rounds).
+  // modes[0] is none, the baseline.
   std::vector<Mode> modes;
+  std::string default_mode;
   for (const Mode& mode : all_modes()) {
+    if (mode.name != "none" && !chosen.empty() && std::find(chosen.begin(), chosen.end(), mode.name) == chosen.end())
+      continue;
     if (!mode.probe) {
       modes.push_back(mode);
       continue;
@@ -251,65 +301,102 @@ int main(int argc, char** argv) {
       std::printf("%-14s not measured: %s\n", mode.name.c_str(), probe.error().message.c_str());
       continue;
     }
+    if (default_mode.empty() && mode.kind) default_mode = mode.name;
     modes.push_back(mode);
   }
   const std::size_t n = modes.size();
+  if (n < 2) {
+    std::fprintf(stderr, "probe_overhead: nothing to measure against no probe\n");
+    return 1;
+  }
 
   // The loops: the call, its letter for the worker, and calls per round.
   struct Loop {
     const char* call;
     char letter;
     long calls;
-    std::vector<std::vector<double>> ns;  // per mode
+    std::vector<std::vector<double>> ns;      // per mode: every measurement
+    std::vector<std::vector<double>> ratios;  // per mode: its round ratios to the none beside it
   };
-  std::vector<Loop> loops = {{"write(/dev/null, 1)", 'w', writes, {}},
-                             {"openat+close(regular)", 'o', opens, {}},
-                             {"mmap+munmap(4 KiB)", 'm', mmaps, {}},
-                             {"read(/proc/self/stat)", 'p', opens, {}},
-                             {"unix send+recv 4000 B", 'u', opens, {}}};
-  for (auto& loop : loops) loop.ns.resize(n);
+  std::vector<Loop> loops = {{"write(/dev/null, 1)", 'w', writes, {}, {}},
+                             {"openat+close(regular)", 'o', opens, {}, {}},
+                             {"mmap+munmap(4 KiB)", 'm', mmaps, {}, {}},
+                             {"read(/proc/self/stat)", 'p', opens, {}, {}},
+                             {"unix send+recv 4000 B", 'u', opens, {}, {}}};
+  for (auto& loop : loops) {
+    loop.ns.resize(n);
+    loop.ratios.resize(n);
+  }
   // Warm caches and the dentry before measuring.
   for (const auto& loop : loops) worker.run(loop.letter, loop.calls / 10);
+
+  // One measurement of every loop under mode m (its probe loaded for it, unloaded after).
+  auto measure = [&](int round, std::size_t m) -> std::optional<std::vector<double>> {
+    std::unique_ptr<gdw::Probe> probe;
+    if (modes[m].probe) {
+      auto loaded = load_probe(modes[m]);
+      if (!loaded) {
+        std::fprintf(stderr, "probe_overhead: %s: %s\n", modes[m].name.c_str(), loaded.error().message.c_str());
+        return std::nullopt;
+      }
+      probe = std::move(*loaded);
+    }
+    // Let the kernel's deferred work of the last load or unload (freeing programs, maps and
+    // trampolines after RCU) run before timing, then warm the loops again: without it the
+    // measurement after a change pays for the change.
+    ::usleep(static_cast<useconds_t>(settle_ms) * 1000);
+    for (const auto& loop : loops) worker.run(loop.letter, loop.calls / 10);
+    std::vector<double> ns;
+    std::printf("%-5d %-14s", round, modes[m].name.c_str());
+    for (auto& loop : loops) {
+      ns.push_back(worker.run(loop.letter, loop.calls));
+      loop.ns[m].push_back(ns.back());
+      std::printf(" %22.1f", ns.back());
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    return ns;
+  };
 
   std::printf("%-5s %-14s", "round", "mode");
   for (const auto& loop : loops) std::printf(" %22s", loop.call);
   std::printf("   (ns per call)\n");
   for (int round = 0; round < rounds; ++round) {
-    // Rotate which mode goes first so drift does not favour one.
-    for (std::size_t step = 0; step < n; ++step) {
-      const std::size_t m = (static_cast<std::size_t>(round) + step) % n;
-      std::unique_ptr<gdw::Probe> probe;
-      if (modes[m].probe) {
-        auto loaded = load_probe(modes[m]);
-        if (!loaded) {
-          std::fprintf(stderr, "probe_overhead: %s: %s\n", modes[m].name.c_str(), loaded.error().message.c_str());
-          return 1;
-        }
-        probe = std::move(*loaded);
-      }
-      std::printf("%-5d %-14s", round, modes[m].name.c_str());
-      for (auto& loop : loops) {
-        loop.ns[m].push_back(worker.run(loop.letter, loop.calls));
-        std::printf(" %22.1f", loop.ns[m].back());
-      }
-      std::printf("\n");
+    // none, A, none, B, none, ...: the order of A, B, ... rotates so drift favours none of them.
+    auto before = measure(round, 0);
+    if (!before) return 1;
+    for (std::size_t step = 0; step + 1 < n; ++step) {
+      const std::size_t m = 1 + (static_cast<std::size_t>(round) + step) % (n - 1);
+      auto ns = measure(round, m);
+      auto after = ns ? measure(round, 0) : std::nullopt;
+      if (!after) return 1;
+      for (std::size_t l = 0; l < loops.size(); ++l)
+        loops[l].ratios[m].push_back((*ns)[l] / (((*before)[l] + (*after)[l]) / 2));
+      before = std::move(after);
     }
   }
   ::close(null_fd);
 
-  // The minimum is the least disturbed by other load on the machine; the median is shown
-  // next to it so a noisy run is visible as a gap between the two. One table per mode
-  // against none, so that the rows stay short.
-  std::printf("\n%d rounds, %ld writes, %ld opens, %ld mmaps per round; ns per call (min, median)\n", rounds, writes,
-              opens, mmaps);
+  // Per configuration, against none: the median of the round ratios, their quartiles and
+  // range (a configuration within the A/A control's range is within noise), and the
+  // minimums as before (the least disturbed of each, independent of pairing).
+  const auto pct = [](double ratio) { return (ratio - 1) * 100; };
+  std::printf("\n%d rounds, %ld writes, %ld opens, %ld mmaps per round; the default here: %s\n", rounds, writes, opens,
+              mmaps, default_mode.empty() ? "(no attach hook kind loaded)" : default_mode.c_str());
+  std::printf("overhead against no probe: median of the %d round ratios [quartiles] (range); min against min\n",
+              rounds);
   for (std::size_t m = 1; m < n; ++m) {
-    std::printf("\n%-24s %8s %8s | %-14s %8s %8s %8s\n", "call", "none", "(med)", modes[m].name.c_str(), "overhead",
-                "(med)", "overhead");
+    std::printf("\n%-24s %9s %9s  %-14s %8s %19s %19s %8s\n", "call", "none med", "mode med",
+                (modes[m].name + (modes[m].name == default_mode ? "*" : "")).c_str(), "median", "[quartiles]",
+                "(range)", "min");
     for (const auto& loop : loops) {
-      const double min0 = *std::min_element(loop.ns[0].begin(), loop.ns[0].end()), med0 = median(loop.ns[0]);
-      const double min1 = *std::min_element(loop.ns[m].begin(), loop.ns[m].end()), med1 = median(loop.ns[m]);
-      std::printf("%-24s %8.1f %8.1f | %14.1f %7.1f%% %8.1f %7.1f%%\n", loop.call, min0, med0, min1,
-                  (min1 - min0) / min0 * 100, med1, (med1 - med0) / med0 * 100);
+      const auto& r = loop.ratios[m];
+      const double min0 = *std::min_element(loop.ns[0].begin(), loop.ns[0].end());
+      const double min1 = *std::min_element(loop.ns[m].begin(), loop.ns[m].end());
+      std::printf("%-24s %9.1f %9.1f  %14s %+7.2f%% [%+7.2f%%,%+7.2f%%] (%+7.2f%%,%+7.2f%%) %+7.2f%%\n", loop.call,
+                  median(loop.ns[0]), median(loop.ns[m]), "", pct(median(r)), pct(quantile(r, 0.25)),
+                  pct(quantile(r, 0.75)), pct(*std::min_element(r.begin(), r.end())),
+                  pct(*std::max_element(r.begin(), r.end())), pct(min1 / min0));
     }
   }
   return 0;

@@ -7,6 +7,12 @@
 #   scripts/kernel-matrix.sh initramfs           build the guest's initramfs from the build
 #   scripts/kernel-matrix.sh cell KERNEL LSM     boot one cell (LSM: bpf_lsm or no_bpf_lsm), report
 #   scripts/kernel-matrix.sh [all]               every cell, one after the other
+#   scripts/kernel-matrix.sh run KERNEL LSM PROGRAM [ARG…]
+#                                                boot one cell that runs PROGRAM (a file, with
+#                                                every library it links) with ARGs instead of
+#                                                the tests and prints its output; its exit
+#                                                status is PROGRAM's (a bench in a guest:
+#                                                docs/performance.md)
 #
 # One arm64 cell, KERNEL arm64-6.1 (Debian's arm64 6.1 under qemu-system-aarch64 -M virt),
 # runs the arm64 cross-build's tests (build-arm64) of GUEST_TESTS_ARM64 on a hybrid v1 + v2
@@ -36,8 +42,9 @@
 # build-arm64), GDW_KERNEL_CACHE (default .cache/kernels),
 # GDW_DEBIAN_MIRROR / GDW_DEBIAN_SECURITY_MIRROR (deb.debian.org), GDW_GUEST_TIMEOUT
 # (seconds a cell's guest may run, default 420), GDW_QEMU (default qemu-system-x86_64;
-# GDW_QEMU_ARM64, qemu-system-aarch64),
-# GDW_GUEST_FILTER (a gtest filter that replaces every row's own, for a quick look).
+# GDW_QEMU_ARM64, qemu-system-aarch64), GDW_QEMU_ARGS (more options for QEMU),
+# GDW_GUEST_FILTER (a gtest filter that replaces every row's own, for a quick look),
+# GDW_KERNEL_MATRIX_DIR (the initramfs and the cells' logs, default <build>/kernel-matrix).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -59,6 +66,16 @@ declare -A KERNEL_PACKAGE=(
 KERNELS=(6.1 6.12)
 ARM64_KERNELS=(arm64-6.1)
 kernel_arch() { if [[ $1 == arm64-* ]]; then echo arm64; else echo amd64; fi; }
+# Where the initramfs and the cells' logs of architecture $1 go.
+matrix_dir() {
+  if [[ -n ${GDW_KERNEL_MATRIX_DIR:-} ]]; then
+    if [[ $1 == arm64 ]]; then realpath -m "$GDW_KERNEL_MATRIX_DIR/arm64"; else realpath -m "$GDW_KERNEL_MATRIX_DIR"; fi
+  elif [[ $1 == arm64 ]]; then
+    echo "$arm64_build/kernel-matrix"
+  else
+    echo "$build/kernel-matrix"
+  fi
+}
 # The lsm= of the bpf_lsm cells; the no_bpf_lsm cells pass the same without bpf (Debian's
 # built-in default, CONFIG_LSM, has bpf: leaving lsm= out would not turn it off).
 LSM_WITH_BPF=lockdown,yama,integrity,apparmor,bpf
@@ -237,6 +254,15 @@ out=/dev/$(sed -n 's/.*gdw.out=\([^ ]*\).*/\1/p' /proc/cmdline)
 [ "$out" = /dev/ ] && out=/dev/ttyS1
 stty -F $out raw -echo
 echo "GDW-GUEST-BOOTED $(uname -r) $(cat /proc/uptime)" >$out
+if [ -f /gdw/command ]; then
+  # kernel-matrix.sh run: one program instead of the tests, its output on the results port.
+  echo "GDW-RUN-BEGIN" >$out
+  sh /gdw/command </dev/null >$out 2>&1
+  echo "GDW-RUN-END rc=$?" >$out
+  echo "GDW-GUEST-DONE $(cat /proc/uptime)" >$out
+  sync
+  poweroff -f
+fi
 filter_override=$(sed -n 's/.*gdw.filter=\([^ ]*\).*/\1/p' /proc/cmdline)
 release=$(uname -r)
 kernel_major=${release%%.*}
@@ -286,6 +312,29 @@ copy_with_libraries() {
   done
 }
 
+# Creates and prints a staging directory below $2 for a guest of architecture $1: busybox,
+# /init and the few files of /etc.
+stage_base() {
+  local arch=$1 busybox stage
+  busybox=$(guest_busybox "$arch") || exit 1
+  mkdir -p "$2"
+  stage=$(mktemp -d "$2/stage.XXXXXX")
+  mkdir -p "$stage"/{bin,dev,proc,sys,tmp,run,root,etc,gdw}
+  cp "$busybox" "$stage/bin/busybox"
+  write_init >"$stage/init" && chmod 755 "$stage/init"
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$stage/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$stage/etc/group"
+  printf '127.0.0.1 localhost\n::1 localhost\n' >"$stage/etc/hosts"
+  echo "$stage"
+}
+
+# Packs the staging directory $1 into the initramfs $2 and removes the staging directory.
+pack_initramfs() {
+  (cd "$1" && find . | cpio -o -H newc --quiet | gzip -1) >"$2.tmp"
+  mv "$2.tmp" "$2"
+  rm -rf "$1"
+}
+
 # Prints the initramfs's path for architecture $1 (amd64: the build's tests of GUEST_TESTS;
 # arm64: the arm64 build's of GUEST_TESTS_ARM64); builds it when an input is newer.
 build_initramfs() {
@@ -294,27 +343,24 @@ build_initramfs() {
     build=$arm64_build tests=("${GUEST_TESTS_ARM64[@]}") strip=aarch64-linux-gnu-strip
     build_hint="scripts/build.sh --arch arm64 arm64-guest-tests"
   fi
-  local dir=$build/kernel-matrix out=$build/kernel-matrix/guest.cpio.gz
+  local dir out
+  dir=$(matrix_dir "$arch") && out=$dir/guest.cpio.gz
   local inputs=("$0" "$build/daemon/gpu-devwatch" "$build/test/libfake-nvml.so")
   local entry target
   for entry in "${tests[@]}"; do inputs+=("$build/test/${entry%% *}"); done
   for target in "${inputs[@]}"; do
     [[ -f $target ]] || die "$target is missing: build first ($build_hint)"
   done
-  if [[ -f $out ]] && [[ -z $(find "${inputs[@]}" "$root/test/fixtures" -newer "$out" -print -quit) ]]; then
+  # The fixtures where the build's tests look for them: below the source tree it was
+  # configured from (GDW_TEST_FIXTURES), which need not be this one.
+  local source
+  source=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" 2>/dev/null)
+  source=${source:-$root}
+  if [[ -f $out ]] && [[ -z $(find "${inputs[@]}" "$source/test/fixtures" -newer "$out" -print -quit) ]]; then
     echo "$out"; return
   fi
-  local busybox
-  busybox=$(guest_busybox "$arch") || exit 1
-  mkdir -p "$dir"
   local stage
-  stage=$(mktemp -d "$dir/stage.XXXXXX")
-  mkdir -p "$stage"/{bin,dev,proc,sys,tmp,run,root,etc,gdw}
-  cp "$busybox" "$stage/bin/busybox"
-  write_init >"$stage/init" && chmod 755 "$stage/init"
-  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$stage/etc/passwd"
-  printf 'root:x:0:\nnogroup:x:65534:\n' >"$stage/etc/group"
-  printf '127.0.0.1 localhost\n::1 localhost\n' >"$stage/etc/hosts"
+  stage=$(stage_base "$arch" "$dir") || exit 1
   for target in "$build/daemon/gpu-devwatch" "$build/test/libfake-nvml.so"; do copy_with_libraries "$target" "$stage" "$arch"; done
   for entry in "${tests[@]}"; do
     copy_with_libraries "$build/test/${entry%% *}" "$stage" "$arch"
@@ -322,16 +368,50 @@ build_initramfs() {
   done
   # Debug info is most of a test binary: the guest needs none of it.
   find "$stage$build" -type f -perm -u+x -exec "$strip" --strip-debug {} +
-  mkdir -p "$stage$root/test" && cp -a "$root/test/fixtures" "$stage$root/test/"
-  (cd "$stage" && find . | cpio -o -H newc --quiet | gzip -1) >"$out.tmp"
-  mv "$out.tmp" "$out"
-  rm -rf "$stage"
+  mkdir -p "$stage$source/test" && cp -a "$source/test/fixtures" "$stage$source/test/"
+  pack_initramfs "$stage" "$out"
   say "initramfs: $out ($(du -h "$out" | cut -f1))"
   echo "$out"
 }
 
+# Prints the path of an initramfs in the directory $2 for architecture $1 that runs the
+# program $3 with the arguments $4… instead of the tests (kernel-matrix.sh run).
+build_run_initramfs() {
+  local arch=$1 dir=$2 program strip=strip
+  program=$(realpath -e "$3") || die "$3 is missing"
+  shift 3
+  [[ $arch == arm64 ]] && strip=aarch64-linux-gnu-strip
+  local stage
+  stage=$(stage_base "$arch" "$dir") || exit 1
+  copy_with_libraries "$program" "$stage" "$arch"
+  "$strip" --strip-debug "$stage$program"
+  printf '%q ' "$program" "$@" >"$stage/gdw/command"
+  pack_initramfs "$stage" "$dir/run.cpio.gz"
+  echo "$dir/run.cpio.gz"
+}
+
+# Prints what the program of a `run` cell ($1) wrote; fails as the program did, or when the
+# guest did not boot or finish.
+report_run() {
+  local cell=$1 kernel=$2 lsm=$3 took=$4 package=$5
+  echo "kernel $kernel ($package), $lsm: guest ran $took s"
+  if ! grep -q GDW-GUEST-BOOTED "$cell/results.txt" 2>/dev/null; then
+    echo "FAILED: the guest did not boot (console: $cell/console.log):"; tail -n 40 "$cell/console.log"; return 1
+  fi
+  sed -n '/^GDW-RUN-BEGIN/,/^GDW-RUN-END/{/^GDW-RUN-/!p}' "$cell/results.txt"
+  local rc
+  rc=$(sed -n 's/^GDW-RUN-END rc=\([0-9]*\).*/\1/p' "$cell/results.txt")
+  if [[ -z $rc ]]; then
+    echo "FAILED: the guest stopped before the program ended (console: $cell/console.log):"
+    tail -n 40 "$cell/console.log"; return 1
+  fi
+  echo "exit status $rc"
+  return "$rc"
+}
+
 # ---- a cell: one kernel booted with or without the bpf LSM --------------------------------
 
+# run_cell KERNEL LSM: the tests; run_cell KERNEL LSM PROGRAM [ARG…]: that program instead.
 run_cell() {
   local kernel=$1 lsm=$2
   [[ $lsm == bpf_lsm || $lsm == no_bpf_lsm ]] || die "LSM must be bpf_lsm or no_bpf_lsm"
@@ -347,13 +427,18 @@ run_cell() {
       skip "no $qemu on this host (Debian package qemu-system-x86; scripts/install-deps.sh installs it)"
   fi
   command -v python3 >/dev/null || die "needs python3 to read the guest's results"
-  local kdir initramfs
+  local kdir initramfs cell
+  cell=$(matrix_dir "$arch")/${kernel}-${lsm}
+  (( $# > 2 )) && cell+=-run
+  rm -rf "$cell" && mkdir -p "$cell"
   with_lock
   kdir=$(fetch_kernel "$kernel") || return 1
-  initramfs=$(build_initramfs "$arch") || return 1
+  if (( $# > 2 )); then
+    initramfs=$(build_run_initramfs "$arch" "$cell" "${@:3}") || return 1
+  else
+    initramfs=$(build_initramfs "$arch") || return 1
+  fi
   flock -u 9
-  local cell=$build/kernel-matrix/${kernel}-${lsm}
-  rm -rf "$cell" && mkdir -p "$cell"
   # Debian's lsm list with bpf, or the same without it (the built-in default has bpf).
   local lsm_list=$LSM_WITH_BPF
   [[ $lsm == no_bpf_lsm ]] && lsm_list=${LSM_WITH_BPF%,bpf}
@@ -375,12 +460,17 @@ run_cell() {
              -serial "file:$cell/console.log" -serial "file:$cell/results.txt")
     append="console=ttyS0 $append"
   fi
-  say "cell $kernel $lsm: $(cat "$kdir/package"), lsm=$lsm_list"
+  # GDW_QEMU_ARGS: more options for QEMU, split at spaces (e.g. -icount shift=0 for a bench:
+  # guest time counted in instructions, immune to this host's load).
+  # shellcheck disable=SC2206
+  [[ -n ${GDW_QEMU_ARGS:-} ]] && machine+=($GDW_QEMU_ARGS)
+  say "cell $kernel $lsm: $(cat "$kdir/package"), lsm=$lsm_list${GDW_QEMU_ARGS:+, $GDW_QEMU_ARGS}"
   local start=$SECONDS rc=0
   timeout --kill-after=10 "$guest_timeout" "${machine[@]}" -nodefaults -display none -no-reboot \
     -kernel "$kdir/vmlinuz" -initrd "$initramfs" -append "$append" </dev/null >"$cell/qemu.log" 2>&1 || rc=$?
   local took=$((SECONDS - start))
   [[ $rc == 124 || $rc == 137 ]] && say "the guest ran past GDW_GUEST_TIMEOUT=${guest_timeout}s and was stopped"
+  if (( $# > 2 )); then report_run "$cell" "$kernel" "$lsm" "$took" "$(cat "$kdir/package")"; return; fi
   python3 - "$cell" "$kernel" "$lsm" "$took" "$(cat "$kdir/package")" <<'PY'
 import re, sys, xml.etree.ElementTree as ET
 cell, kernel, lsm, took, package = sys.argv[1:]
@@ -449,6 +539,7 @@ case "${1:-all}" in
     ;;
   initramfs) with_lock; build_initramfs amd64 >/dev/null; [[ ! -d $arm64_build ]] || build_initramfs arm64 >/dev/null ;;
   cell) [[ $# == 3 ]] || die "usage: kernel-matrix.sh cell KERNEL bpf_lsm|no_bpf_lsm"; run_cell "$2" "$3" ;;
+  run) [[ $# -ge 4 ]] || die "usage: kernel-matrix.sh run KERNEL bpf_lsm|no_bpf_lsm PROGRAM [ARG…]"; shift; run_cell "$@" ;;
   all)
     status=0
     for k in "${KERNELS[@]}"; do for l in bpf_lsm no_bpf_lsm; do run_cell "$k" "$l" || status=1; done; done
@@ -456,5 +547,5 @@ case "${1:-all}" in
     if [[ -f $arm64_build/CMakeCache.txt ]]; then run_cell arm64-6.1 bpf_lsm || status=1; fi
     exit $status
     ;;
-  *) die "usage: kernel-matrix.sh [fetch [KERNEL…] | initramfs | cell KERNEL bpf_lsm|no_bpf_lsm | all]" ;;
+  *) die "usage: kernel-matrix.sh [fetch [KERNEL…] | initramfs | cell KERNEL bpf_lsm|no_bpf_lsm | run KERNEL bpf_lsm|no_bpf_lsm PROGRAM [ARG…] | all]" ;;
 esac
