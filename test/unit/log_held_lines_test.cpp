@@ -1,7 +1,9 @@
 // The text log's sink (log/held_lines_sink.h): with its writer thread, lines are written in
 // batches, warnings at once; nothing is lost, nothing is reordered, and a logger never
 // writes itself.
+#include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -9,6 +11,8 @@
 
 #include <algorithm>
 #include <array>
+#include <fstream>
+#include <optional>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -25,6 +29,22 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::eventually;
+
+// The scheduling policy of this process's thread named `name`, if there is one (asked of the
+// kernel by thread id: /proc's stat is not what qemu-user shows of an arm64 run).
+std::optional<int> policy_of_thread(const std::string& name) {
+  DIR* dir = ::opendir("/proc/self/task");
+  if (dir == nullptr) return std::nullopt;
+  std::optional<int> policy;
+  while (dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::string comm;
+    std::getline(std::ifstream(std::string("/proc/self/task/") + e->d_name + "/comm"), comm);
+    if (comm == name) policy = ::sched_getscheduler(static_cast<pid_t>(std::stoi(e->d_name)));
+  }
+  ::closedir(dir);
+  return policy;
+}
 
 class HeldLines : public ::testing::Test {
  protected:
@@ -152,6 +172,32 @@ TEST_F(HeldLines, PastTheLimitALoggerWaitsForTheWriterInsteadOfGrowing) {
   }, 20s);
   logger.join();
   EXPECT_EQ(got, lines);
+}
+
+// Waking the writer must not preempt the thread that logged (the event loop, mid-repair):
+// the writer runs as SCHED_BATCH, the logging thread keeps its own policy.
+TEST_F(HeldLines, TheWriterRunsAsBatchSoAHandOverNeverPreemptsTheLogger) {
+  ASSERT_EQ(::sched_getscheduler(0), SCHED_OTHER);
+  ASSERT_TRUE(sink_->start_writer(1ms));
+  logger_->info("one");  // the writer has run by the time this is written
+  ASSERT_NE(written_once("info one\n", 5s).find("info one\n"), std::string::npos);
+  EXPECT_EQ(policy_of_thread("log-writer"), SCHED_BATCH);
+  EXPECT_EQ(::sched_getscheduler(0), SCHED_OTHER);
+}
+
+// A policy an operator chose for the daemon (inherited by its threads) is left as it is.
+TEST_F(HeldLines, AWriterStartedUnderAnotherPolicyKeepsIt) {
+  std::optional<int> writer_policy;
+  std::thread starter([&] {
+    sched_param none{};
+    if (::sched_setscheduler(0, SCHED_IDLE, &none) != 0) return;
+    if (!sink_->start_writer(1ms)) return;
+    logger_->info("two");
+    eventually([&] { return written().find("info two") != std::string::npos; }, 5s);
+    writer_policy = policy_of_thread("log-writer");
+  });
+  starter.join();
+  EXPECT_EQ(writer_policy, SCHED_IDLE);
 }
 
 }  // namespace
