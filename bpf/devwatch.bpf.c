@@ -26,6 +26,7 @@
  *    capability check during the attach would have been cheaper still, but the kernel
  *    makes none there (only the load checks CAP_BPF).
  *  - tp_btf/cgroup_mkdir, tp_btf/cgroup_rmdir.
+ *  - tp_btf/sched_process_exit: the writers user space waits for (devwatch_writer_exits.bpf.h).
  *
  *  Attached by user space only when wanted (the "syscall hook"):
  *  - tp_btf/sys_exit, dispatched on the syscall number. The syscall's arguments are still
@@ -65,6 +66,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 #include "devwatch_common.bpf.h"
 #include "devwatch_denied_opens.bpf.h"
+#include "devwatch_writer_exits.bpf.h"
 #include "devwatch_rule_writes.bpf.h"
 #include "devwatch_device_programs.bpf.h"
 
@@ -255,4 +257,12 @@ int BPF_PROG(gdw_cg_mkdir, struct cgroup *cgroup, const char *path) {
 SEC("tp_btf/cgroup_rmdir")
 int BPF_PROG(gdw_cg_rmdir, struct cgroup *cgroup, const char *path) {
   return emit_cgroup_event(cgroup, path, GDW_EVENT_CGROUP_RMDIR);
+}
+
+/* Every thread exit on the node passes here: one hash lookup unless it is a writer user
+ * space waits for. One program serves the kernels whose tracepoint also passes group_dead
+ * (6.16+): only the task is read. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(gdw_process_exit, struct task_struct *task) {
+  return report_awaited_exit(task);
 }

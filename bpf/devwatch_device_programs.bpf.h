@@ -196,6 +196,7 @@ static __always_inline void submit_device_program_event(const struct device_prog
   e->header.reserved = 0;
   e->header.ktime_ns = bpf_ktime_get_ns();
   fill_process(&e->caller);
+  await_exit_of_current();
   e->command = change->command;
   e->flags = change->flags;
   e->prog_id = change->prog_id;

@@ -34,6 +34,10 @@ enum gdw_event_type {
    * kernel acts on it: a query made after reading this record may come before the attach
    * is installed (gdw_device_program_event, result 0). */
   GDW_EVENT_DEVICE_PROGRAM_AHEAD = 9,
+  /* A process user space waits for (awaited_writers) is exiting: every thread of it has
+   * entered do_exit, so it writes nothing more (gdw_writer_exit_event). Sent before the
+   * kernel tears the process down and its pidfd turns readable. */
+  GDW_EVENT_WRITER_EXIT = 10,
 };
 
 /* Where a rule write was seen (gdw_rule_write_event.seen_at). */
@@ -115,6 +119,12 @@ struct gdw_denied_open_event {
   __u32 major; /* from watched_paths: only opens of registered GPU node paths are records */
   __u32 minor;
   char path[GDW_OPEN_PATH_MAX]; /* NUL-terminated, zero-filled */
+};
+
+struct gdw_writer_exit_event {
+  struct gdw_event_header header;
+  __u32 pid; /* tgid */
+  __u32 reserved;
 };
 
 struct gdw_device_program_event {

@@ -65,6 +65,7 @@ static __always_inline __u64 emit_rule_write(struct task_struct *task, struct pt
   e->header.reserved = 0;
   e->header.ktime_ns = bpf_ktime_get_ns();
   fill_process(&e->writer);
+  await_exit_of_current();
   /* The cgroup is the directory holding the file; its kernfs id is the cgroup id. */
   struct kernfs_node *directory = kernfs_parent(kn);
   e->target_cgroup_id = BPF_CORE_READ(directory, id);
@@ -117,6 +118,7 @@ static __always_inline int emit_rule_write_on_write_path(struct kernfs_node *kn,
   e->header.reserved = 0;
   e->header.ktime_ns = bpf_ktime_get_ns();
   fill_process(&e->writer);
+  await_exit_of_current();
   struct kernfs_node *directory = kernfs_parent(kn);
   e->target_cgroup_id = BPF_CORE_READ(directory, id);
   e->result = ret;

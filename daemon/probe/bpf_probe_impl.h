@@ -77,6 +77,7 @@ class BpfProbe final : public Probe {
   Status watch_program_cgroup(std::uint64_t cgroup_id) override;
   Status unwatch_program_cgroup(std::uint64_t cgroup_id) override;
   Status watch_device_node(const std::string& path, std::uint32_t major, std::uint32_t minor) override;
+  Status await_writer_exit(pid_t pid) override;
   ProbeStats stats() const override;
 
  private:

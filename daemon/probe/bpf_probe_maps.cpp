@@ -182,6 +182,15 @@ Status BpfProbe::watch_device_node(const std::string& path, std::uint32_t major_
   return {};
 }
 
+Status BpfProbe::await_writer_exit(pid_t pid) {
+  const auto key = static_cast<std::uint32_t>(pid);
+  std::uint8_t present = 1;
+  if (pid > 0 && bpf_map__update_elem(skeleton_->maps.awaited_writers, &key, sizeof(key), &present, sizeof(present),
+                                      BPF_ANY) == 0)
+    return {};
+  return Error{"awaiting the exit of writer " + std::to_string(pid) + " in the probe: " + errno_text(errno)};
+}
+
 ProbeStats BpfProbe::stats() const {
   ProbeStats stats;
   stats.events = events_;

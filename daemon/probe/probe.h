@@ -118,8 +118,15 @@ struct CgroupLifecycleEvent {
   std::string path;  // relative to the hierarchy root, as the tracepoint reports it
 };
 
+// A writer put there with await_writer_exit() is exiting: every thread of it is in do_exit,
+// so its apply has ended (its pidfd turns readable only once the kernel has torn it down).
+struct WriterExitEvent {
+  pid_t pid = 0;  // tgid
+  std::uint64_t ktime_ns = 0;
+};
+
 using ProbeEvent = std::variant<RuleWriteEvent, RuleWriteResultEvent, DeniedOpenEvent, DeviceProgramEvent,
-                                DeviceProgramLoadEvent, CgroupLifecycleEvent>;
+                                DeviceProgramLoadEvent, CgroupLifecycleEvent, WriterExitEvent>;
 
 struct ProbeStats {
   std::uint64_t events = 0;
@@ -228,6 +235,10 @@ class Probe {
   // same string inside containers) so denied opens of it are attributed in the kernel,
   // also after the opener has exited. The path must be shorter than 256 bytes.
   virtual Status watch_device_node(const std::string& path, std::uint32_t major, std::uint32_t minor) = 0;
+  // A writer (tgid) whose exit is awaited: a WriterExitEvent comes once all of its threads
+  // have entered do_exit, and the entry is gone then. Entries of processes that ended
+  // before they were put there are evicted when the table (1024) is full.
+  virtual Status await_writer_exit(pid_t pid) = 0;
 
   virtual ProbeStats stats() const = 0;
 };

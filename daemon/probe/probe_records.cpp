@@ -132,6 +132,12 @@ Result<ProbeEvent> decode_cgroup(std::string_view record, bool created) {
   return ProbeEvent{std::move(event)};
 }
 
+Result<ProbeEvent> decode_writer_exit(std::string_view record) {
+  auto raw = read_record<gdw_writer_exit_event>(record, "writer exit");
+  if (!raw) return raw.error();
+  return ProbeEvent{WriterExitEvent{static_cast<pid_t>(raw->pid), raw->header.ktime_ns}};
+}
+
 }  // namespace
 
 Result<ProbeEvent> decode_probe_record(std::string_view record) {
@@ -150,6 +156,7 @@ Result<ProbeEvent> decode_probe_record(std::string_view record) {
     case GDW_EVENT_CGROUP_RMDIR: return decode_cgroup(record, false);
     case GDW_EVENT_RULE_WRITE_RESULT: return decode_rule_write_result(record);
     case GDW_EVENT_DEVICE_PROGRAM_LOAD: return decode_device_program_load(record);
+    case GDW_EVENT_WRITER_EXIT: return decode_writer_exit(record);
     default: return Error{"probe record has unknown type " + std::to_string(header.type)};
   }
 }

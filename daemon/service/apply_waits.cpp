@@ -27,7 +27,7 @@ ApplyWaits::ApplyWaits(EventLoop& loop, Metrics& metrics, ApplyWaitSettings sett
     : loop_(loop), daemon_metrics_(metrics), metrics_(metrics), settings_(settings), due_(std::move(due)) {}
 
 void ApplyWaits::take_writer(Held& h, pid_t pid) {
-  if (pid <= 0 || (pid == h.pid && h.pidfd.valid())) return;
+  if (pid <= 0 || pid == h.exited || (pid == h.pid && h.pidfd.valid())) return;
   v2_kernel::OwnedFd fd(pidfd_open(pid));
   if (!fd.valid() || exited(fd.get())) return;  // gone already: its apply has ended
   h.exit_source = EventSource();
@@ -41,6 +41,18 @@ bool ApplyWaits::writer_running(Held& h) {
   h.exit_source = EventSource();
   h.pidfd = v2_kernel::OwnedFd();
   return false;
+}
+
+std::vector<std::string> ApplyWaits::writer_exited(pid_t pid) {
+  std::vector<std::string> due;
+  for (auto& [dir, h] : held_) {
+    if (pid <= 0 || h.pid != pid || !h.pidfd.valid()) continue;
+    h.exit_source = EventSource();
+    h.pidfd = v2_kernel::OwnedFd();
+    h.exited = pid;
+    due.push_back(dir);
+  }
+  return due;
 }
 
 bool ApplyWaits::create_pending(WatchedContainer& w) const {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/device_programs_v2_kernel.h"
 #include "core/apply_wait.h"
@@ -48,12 +49,16 @@ class ApplyWaits {
   };
   std::optional<Kept> take(const std::string& dir);
   void forget(const std::string& dir) { held_.erase(dir); }
+  // The probe saw writer `pid` exit (all its threads in do_exit, before its pidfd says so):
+  // the waits held for it have ended; their dirs, for the owner to check now.
+  std::vector<std::string> writer_exited(pid_t pid);
   std::size_t waiting() const { return held_.size(); }
 
  private:
   struct Held {
     v2_kernel::OwnedFd pidfd;  // the writer's, while it runs
     pid_t pid = 0;
+    pid_t exited = 0;  // the writer the probe saw exit: not waited for again
     EventSource exit_source;
     EventSource timer;
     std::optional<Kept> kept;

@@ -204,6 +204,7 @@ void ContainerFleet::act(ProbeBatch batch) {
                      /*write_event=*/true);
   }
   if (moved) gauges_moved();
+  writers_exited(batch.writers_exited);
   for (const auto& created : batch.created) {
     // A faster trigger than inotify for new containers (which stays the fallback).
     if (access_ && tree_hierarchy_id_ == created.hierarchy_id)
@@ -354,8 +355,7 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   if (!access_ || !w.is_gpu()) return false;
   // Never inside a runtime's own apply: observe mode writes nothing, so it never waits.
   const bool creating = !w.create_ended && !w.create_marker.empty();
-  if (settings_.mode == Mode::kEnforce && apply_waits_.wait(w, apply_wait_request(w, trigger, cause, write_event)))
-    return false;
+  if (settings_.mode == Mode::kEnforce && must_wait(w, trigger, cause, write_event)) return false;
   // Its create has just ended: what the runtime wrote during it (under the systemd driver the
   // scope's DevicePolicy= and DeviceAllow= drop-ins) is complete now. Read again, so that
   // what DeviceAllow= lacks is persisted before systemd's next re-apply can harm.

@@ -97,6 +97,11 @@ class ContainerFleet final : public ContainerLister {
   // last check, if one whose exit is waited for.
   ApplyWaits::Request apply_wait_request(const WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause,
                                          bool write_event) const;
+  // Whether the check of `w` must wait for a runtime's apply to end (and the probe is told
+  // whose exit ends it).
+  bool must_wait(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause, bool write_event);
+  // The probe saw these awaited writers exit: the checks that waited for them, now.
+  void writers_exited(const std::vector<pid_t>& pids);
   void on_apply_wait_due(const std::string& dir);
   void schedule_retry(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger);
   void on_retry(const std::string& dir);

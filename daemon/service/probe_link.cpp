@@ -252,6 +252,8 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
           on_denied_open(e);
         } else if constexpr (std::is_same_v<T, CgroupLifecycleEvent>) {
           if (e.created) batch.created.push_back({e.hierarchy_id, e.path});
+        } else if constexpr (std::is_same_v<T, WriterExitEvent>) {
+          batch.writers_exited.push_back(e.pid);
         } else if constexpr (std::is_same_v<T, DeviceProgramEvent>) {
           if (!policy_in_programs) return;
           record_read(e.ktime_ns);
@@ -274,6 +276,12 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
         }
       },
       ev);
+}
+
+void ProbeLink::await_writer_exit(pid_t pid) {
+  if (!probe_) return;
+  if (auto awaited = probe_->await_writer_exit(pid); !awaited)
+    log::debug(awaited.error().message + "; its pidfd tells when it has exited");
 }
 
 void ProbeLink::record_read(std::uint64_t ktime_ns) {

@@ -52,7 +52,11 @@ struct ProbeBatch {
     std::string path;  // relative to that hierarchy's root
   };
   std::vector<CreatedCgroup> created;
-  bool empty() const { return named.empty() && program_changes.empty() && !program_loaded && created.empty(); }
+  // Writers awaited (await_writer_exit) whose every thread is in do_exit: their applies ended.
+  std::vector<pid_t> writers_exited;
+  bool empty() const {
+    return named.empty() && program_changes.empty() && !program_loaded && created.empty() && writers_exited.empty();
+  }
 };
 
 class ProbeLink {
@@ -83,6 +87,9 @@ class ProbeLink {
   // owner once it has acted on the batch (a histogram's lock and buckets are not on the
   // reaction's path).
   void report_record_delays();
+  // A check waits for writer `pid` to exit: the probe reports it (ProbeBatch::writers_exited)
+  // before its pidfd can. Without a probe, or on failure, the pidfd alone tells.
+  void await_writer_exit(pid_t pid);
   // A GPU container: its cgroup and its devices' nodes are watched from now on.
   void watch(const WatchedContainer& w);
   void unwatch(const WatchedContainer& w);
