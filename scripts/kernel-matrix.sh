@@ -233,7 +233,10 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
-mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /run
+# A checkout below /tmp put the tests there (at their build path): keep the initramfs's
+# own /tmp then, rather than hide them under a fresh tmpfs.
+if [ -z "$(ls -A /tmp)" ]; then mount -t tmpfs tmpfs /tmp; else chmod 1777 /tmp; fi
+mount -t tmpfs tmpfs /run
 if grep -qw gdw.cgroup=hybrid /proc/cmdline; then
   # v1 controllers at /sys/fs/cgroup/<controller>, cgroup2 at /sys/fs/cgroup/unified (as systemd's hybrid layout).
   mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup

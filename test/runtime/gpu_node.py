@@ -15,6 +15,7 @@
 import base64
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -339,11 +340,26 @@ class GpuNode:
 
 
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port from below the kernel's ephemeral range: containerd's stream server
+    binds port 0 meanwhile and is given an ephemeral one, so it never takes this one (a
+    port the kernel chose could be handed out again). The kernel's choice where that range
+    leaves no room."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    candidates = [random.randint(10000, low - 1) for _ in range(200)] if low - 1 > 10000 else []
+    for port in candidates + [0]:
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            return s.getsockname()[1]
+        except OSError:
+            continue
+        finally:
+            s.close()
+    raise RuntimeError("no free loopback port")
 
 
 class Daemon:

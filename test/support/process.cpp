@@ -10,7 +10,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <random>
 #include <stdexcept>
 
 extern char** environ;
@@ -179,18 +182,43 @@ std::string http_get(int port, const std::string& path) {
   return body == std::string::npos ? std::string{} : resp.substr(body + 4);
 }
 
-int free_port() {
+namespace {
+
+// Binds a loopback TCP socket to `port` (0: the kernel's choice); the port it got, or 0.
+int bind_loopback(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  int got = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    socklen_t len = sizeof addr;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) got = ntohs(addr.sin_port);
+  }
   ::close(fd);
-  return port;
+  return got;
+}
+
+}  // namespace
+
+// From below the kernel's ephemeral range (ip_local_port_range): the port is free again
+// until its user binds it, and a socket bound to port 0 meanwhile (a test's API server)
+// is given an ephemeral port, so it can never take this one. A port the kernel chose
+// itself could be handed out again to the next bind(0) (seen: the daemon's metrics port
+// and the fake API server's were the same).
+int free_port() {
+  int low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low;
+  constexpr int kFirst = 10000;  // above the ports services are commonly configured on
+  if (low - 1 > kFirst) {
+    static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+    std::uniform_int_distribution<int> pick(kFirst, low - 1);
+    for (int attempt = 0; attempt < 200; ++attempt)
+      if (int port = bind_loopback(pick(rng)); port != 0) return port;
+  }
+  return bind_loopback(0);
 }
 
 }  // namespace gdw::test

@@ -69,7 +69,8 @@ bool eventually(Pred pred, std::chrono::milliseconds timeout = 5s) {
 int connect_loopback(int port, int receive_timeout_s = 0);
 // GET http://127.0.0.1:<port><path> with a plain socket; returns the body, "" on failure.
 std::string http_get(int port, const std::string& path = "/metrics");
-// A free TCP port on 127.0.0.1.
+// A free TCP port on 127.0.0.1, from below the kernel's ephemeral range (never one a
+// bind to port 0 can be given meanwhile).
 int free_port();
 
 }  // namespace gdw::test
