@@ -11,11 +11,11 @@
  * Every writer a record names (a rule write, a device program change) is put into
  * awaited_writers as the record is made: the daemon reads the record and decides to wait
  * tens of microseconds later, by when a runtime that ends its apply with that write may
- * already be exiting. User space adds the writers it waits for too (the syscall hook's
- * records come at syscall exit). The last thread's exit takes the entry out and reports
- * it; the daemon ignores the exit of a writer it does not wait for. An LRU map: an entry
- * whose process ended before it was put there (the pidfd still tells) is evicted in time,
- * never in the way. */
+ * already be exiting. User space adds a writer again when it starts waiting for it, in
+ * case a storm of other writers evicted the entry meanwhile. The last thread's exit takes
+ * the entry out and reports it; the daemon ignores the exit of a writer it does not wait
+ * for. An LRU map: an entry whose process ended before it was put there (the pidfd still
+ * tells) is evicted in time, never in the way. */
 
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -30,6 +30,7 @@ bool ContainerFleet::must_wait(WatchedContainer& w, Clock::time_point trigger, c
   const ApplyWaits::Request r = apply_wait_request(w, trigger, cause, write_event);
   if (!apply_waits_.wait(w, r)) return false;
   // The probe sees the writer's exit start, ~0.3 ms before its pidfd (bench/wake_trace.py).
+  // It awaited the writer when it named it; put it back in case the LRU table dropped it.
   if (r.writer) probe_.await_writer_exit(r.writer);
   return true;
 }
