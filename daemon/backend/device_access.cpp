@@ -138,6 +138,10 @@ class DeviceProgramsV2 final : public DeviceAccess {
   bool next_grant_work_due() const override { return cache_.spares_due(); }
   std::size_t prepare_next_grant() override { return cache_.load_spares(Clock::now()); }
 
+  // A program the runtime attached, read while it is attached: the grant's look at it
+  // (observe_attached) finds it in the cache.
+  void prepare_grant(const AttachedProgram& attached) override { (void)cache_.describe(attached.prog_id); }
+
   // Each program denying a wanted device is wrapped (it then allows the wanted devices and
   // decides as before for the rest); the others stay as they are.
   GrantReport grant(const std::string& cgroup_dir, const std::vector<WantedDevice>& wanted,

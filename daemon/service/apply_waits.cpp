@@ -38,21 +38,29 @@ void ApplyWaits::take_writer(Held& h, pid_t pid) {
 bool ApplyWaits::writer_running(Held& h) {
   if (!h.pidfd.valid()) return false;
   if (!exited(h.pidfd.get())) return true;
-  h.exit_source = EventSource();
-  h.pidfd = v2_kernel::OwnedFd();
+  writer_gone(h);
   return false;
+}
+
+void ApplyWaits::writer_gone(Held& h) {
+  released_.push_back({std::move(h.pidfd), std::move(h.exit_source), EventSource()});
+  h.exited = h.pid;
 }
 
 std::vector<std::string> ApplyWaits::writer_exited(pid_t pid) {
   std::vector<std::string> due;
   for (auto& [dir, h] : held_) {
     if (pid <= 0 || h.pid != pid || !h.pidfd.valid()) continue;
-    h.exit_source = EventSource();
-    h.pidfd = v2_kernel::OwnedFd();
-    h.exited = pid;
+    writer_gone(h);
     due.push_back(dir);
   }
   return due;
+}
+
+void ApplyWaits::release_ended() {
+  released_.clear();  // keeps its capacity: no allocation at the next wait's end
+  for (ApplyWaitReason r : ended_) metrics_.apply_wait(to_string(r));
+  ended_.clear();
 }
 
 bool ApplyWaits::create_pending(WatchedContainer& w) const {
@@ -83,6 +91,7 @@ bool ApplyWaits::wait(WatchedContainer& w, const Request& r) {
     // A create that did not end within the limit is not waited for again.
     if (d.ended == ApplyWaitReason::kLimit && in.create_pending) w.create_ended = true;
     if (d.ended) ended(w, h, d);
+    released_.push_back({std::move(h.pidfd), std::move(h.exit_source), std::move(h.timer)});
     held_.erase(dir);
     return false;
   }
@@ -91,9 +100,11 @@ bool ApplyWaits::wait(WatchedContainer& w, const Request& r) {
   if (r.program_change) kept.program_change = *r.program_change;
   if (in.live_writer && !h.exit_source) {
     auto src = loop_.add_io(h.pidfd.get(), EPOLLIN, [this, dir](std::uint32_t) {
-      // Level-triggered: dropped now, so an exited writer wakes its owner once.
-      if (auto found = held_.find(dir); found != held_.end()) found->second.exit_source = EventSource();
+      // Readable: the writer has exited. Level-triggered: its source is dropped before the
+      // loop waits again (release_ended()), so an exited writer wakes its owner once.
+      if (auto found = held_.find(dir); found != held_.end()) writer_gone(found->second);
       due_(dir);
+      release_ended();
     }, "writer-exit", -10);
     if (src) h.exit_source = std::move(*src);
   }
@@ -103,7 +114,10 @@ bool ApplyWaits::wait(WatchedContainer& w, const Request& r) {
 
 void ApplyWaits::arm(const std::string& dir, Held& h, Clock::time_point at) {
   if (!h.timer) {
-    auto t = loop_.add_timer([this, dir] { due_(dir); }, "apply-wait");
+    auto t = loop_.add_timer([this, dir] {
+      due_(dir);
+      release_ended();
+    }, "apply-wait");
     if (!t) return;  // the limit then comes with the next trigger or resync
     h.timer = std::move(*t);
   }
@@ -118,7 +132,7 @@ std::optional<ApplyWaits::Kept> ApplyWaits::take(const std::string& dir) {
 }
 
 void ApplyWaits::ended(const WatchedContainer& w, const Held& h, const ApplyWaitDecision& d) {
-  metrics_.apply_wait(to_string(*d.ended));
+  ended_.push_back(*d.ended);
   if (*d.ended != ApplyWaitReason::kLimit) return;
   std::string what = "the rule writes to go quiet";
   if (w.apply_wait.reason == ApplyWaitReason::kWriterExit)

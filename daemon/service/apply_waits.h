@@ -52,6 +52,11 @@ class ApplyWaits {
   // The probe saw writer `pid` exit (all its threads in do_exit, before its pidfd says so):
   // the waits held for it have ended; their dirs, for the owner to check now.
   std::vector<std::string> writer_exited(pid_t pid);
+  // What the waits that ended since the last call held (a writer's pidfd and its epoll
+  // registration, a timer) is let go, and how they ended counted, here: by the owner after
+  // the check a wait let through, so that the close, the epoll_ctl and the metric (~30 µs
+  // on a 2-vCPU VM) come after that check's grant rather than before it.
+  void release_ended();
   std::size_t waiting() const { return held_.size(); }
 
  private:
@@ -63,9 +68,17 @@ class ApplyWaits {
     EventSource timer;
     std::optional<Kept> kept;
   };
+  // What an ended wait held, until release_ended().
+  struct Released {
+    v2_kernel::OwnedFd pidfd;
+    EventSource exit_source;
+    EventSource timer;
+  };
   // The writer named now, looked up unless it is the one already held.
   void take_writer(Held& h, pid_t pid);
   bool writer_running(Held& h);
+  // `h`'s writer has exited: it is not looked at again, and its pidfd is let go later.
+  void writer_gone(Held& h);
   bool create_pending(WatchedContainer& w) const;
   void arm(const std::string& dir, Held& h, Clock::time_point at);
   void ended(const WatchedContainer& w, const Held& h, const ApplyWaitDecision& d);
@@ -76,6 +89,8 @@ class ApplyWaits {
   const ApplyWaitSettings settings_;
   Due due_;
   std::unordered_map<std::string, Held> held_;  // by cgroup dir, while looked at
+  std::vector<Released> released_;              // until release_ended()
+  std::vector<ApplyWaitReason> ended_;          // how waits ended, counted in release_ended()
 };
 
 }  // namespace gdw

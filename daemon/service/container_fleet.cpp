@@ -362,6 +362,7 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   if (creating && w.create_ended) resolve(w, /*force=*/true);
   const auto before = w.repair_gauge_inputs();
   CheckOutcome outcome = repair_.check(*access_, w, trigger, cause);
+  apply_waits_.release_ended();  // what the wait that let this check through held, after its grant
   if (outcome.gone) {
     remove(w.cgroup.cgroup_dir);
     return true;

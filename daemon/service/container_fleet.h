@@ -100,6 +100,8 @@ class ContainerFleet final : public ContainerLister {
   // Whether the check of `w` must wait for a runtime's apply to end (and the probe is told
   // whose exit ends it).
   bool must_wait(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause, bool write_event);
+  // While a check waits: DeviceAccess::prepare_grant for the program its cause attached.
+  void prepare_grant(const CheckCause& cause);
   // The probe saw these awaited writers exit: the checks that waited for them, now.
   void writers_exited(const std::vector<pid_t>& pids);
   void on_apply_wait_due(const std::string& dir);

@@ -32,12 +32,25 @@ bool ContainerFleet::must_wait(WatchedContainer& w, Clock::time_point trigger, c
   // The probe sees the writer's exit start, ~0.3 ms before its pidfd (bench/wake_trace.py).
   // It awaited the writer when it named it; put it back in case the LRU table dropped it.
   if (r.writer) probe_.await_writer_exit(r.writer);
+  prepare_grant(cause);
   return true;
+}
+
+void ContainerFleet::prepare_grant(const CheckCause& cause) {
+  // The program a runtime attached to the container's own cgroup (a crun sub-cgroup's is
+  // looked at whole by the grant), read while the runtime runs: the grant after the wait
+  // finds it in the cache.
+  const DeviceProgramEvent* change = cause.program_change;
+  if (!access_ || !change || cause.program_change_on_subgroup || change->prog_id == 0 || change->result < 0 ||
+      change->command != DeviceProgramEvent::Command::kProgAttach)
+    return;
+  access_->prepare_grant({change->prog_id, change->flags});
 }
 
 void ContainerFleet::writers_exited(const std::vector<pid_t>& pids) {
   for (pid_t pid : pids)
     for (const std::string& dir : apply_waits_.writer_exited(pid)) on_apply_wait_due(dir);
+  apply_waits_.release_ended();
 }
 
 void ContainerFleet::on_apply_wait_due(const std::string& dir) {
