@@ -104,11 +104,11 @@ def _select(target, field):
 def _index(target, key):
     k = kind(target)
     if k == "list":
-        if kind(key) != "int" and not (kind(key) == "double" and key == int(key)):
+        if kind(key) != "int":
             raise CelError(f"a list index must be an int, not a {kind(key)}")
-        if not 0 <= int(key) < len(target):
+        if not 0 <= key < len(target):
             raise CelError(f"index out of range: {key}")
-        return target[int(key)]
+        return target[key]
     if k == "map":
         for existing in target:
             if equal(existing, key):
@@ -179,9 +179,11 @@ def _to_string(x):
         return x
     if k == "bool":
         return "true" if x else "false"
-    if k in ("int", "double"):
+    if k == "int":
         return str(x)
-    raise CelError(f"no such overload: string({k})")
+    # string(double) is left out: CEL formats it as Go's shortest %g, which Python's repr
+    # is not; better refused than answered wrongly.
+    raise CelError(f"string({k}) is not covered here")
 
 
 def _string_method(check_kinds, fn):
