@@ -16,7 +16,8 @@ read, never run. What it covers, as the spec says:
   double by value, values of different kinds unequal (heterogeneous equality); ordering only
   between numbers, strings or bools;
 - the macros has(), all, exists, exists_one, map (both forms), filter;
-- functions: size, contains, startsWith, endsWith, matches, int, double, string, dyn,
+- functions: size, contains, startsWith, endsWith, matches (Python's re for RE2), int,
+  double, string (of an int, bool or string), dyn,
   and Kubernetes' lowerAscii / upperAscii;
 - int arithmetic is 64-bit and overflow, division or modulo by zero are errors.
 Not covered (an expression using them is refused by `check`): uint and bytes literals,
