@@ -11,7 +11,7 @@ node policy's own condition types are exactly those daemon/kube/conditions.cpp w
 the pod policy's the gate of daemon/kube/pod_gates.h; every status field of the oldest kept
 Kubernetes schema (test/deploy/schemas/kubernetes-1.30.json) but conditions is held
 unchanged, and no field that schema lacks is named (a 1.30 API server could not compile
-it); each policy has one binding that denies. The CEL itself is not run here: no API server.
+it); each policy has one binding that denies. The CEL is run by check_admission_cel.py.
 --self-test also feeds it broken copies.
 
 Exits 77 (a skip for CTest) when PyYAML is not installed.

@@ -3,7 +3,10 @@
 // "True" on its fault (an observe-mode revocation past the grace, a stale checkpoint, a hung
 // device plugin) and back to "False"; a re-assert keeps lastTransitionTime; the gate follows
 // the pod's device access and is never written for a pod without it, through a dropped
-// watch; an API server answering 500 or hanging never delays a repair.
+// watch; an API server answering 500 or hanging never delays a repair. The API server runs
+// deploy/kubernetes/admission-policy.yaml on every status write (fake_apiserver.h), so each
+// of these also shows that the shipped policies admit the daemon's own writes; the last
+// test shows that they are enforced there.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -206,6 +209,27 @@ TEST_F(DaemonConditions, AHangingAPIServerNeverDelaysARepairNorTheExit) {
   EXPECT_EQ(daemon_->stop(), 0);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "SIGTERM does not wait for the hung requests";
   api_.set_mode("ok");
+}
+
+// The other half of what every test above shows: the admission policies the API server
+// runs are enforced. A daemon whose token is bound to another node (a token copied off
+// gpu-node-2, say) gets every node status write refused with the policy's reason, the node
+// keeps the conditions it had, and the daemon says so in its log and metrics.
+TEST_F(DaemonConditions, TheShippedAdmissionPolicyRefusesATokenOfAnotherNode) {
+  FakeApiServer elsewhere(/*hang=*/false, "gpu-node-2");
+  ASSERT_TRUE(elsewhere.running()) << elsewhere.setup_error();
+  ASSERT_TRUE(daemon_->start(elsewhere.config_yaml("", "  readiness_gate: false\n"))) << daemon_->output();
+  ASSERT_TRUE(eventually([&] {
+    return daemon_->metric("gpu_devwatch_status_writes_total", {{"object", "node"}, {"result", "rejected"}}) >= 1;
+  })) << daemon_->metrics() << daemon_->output();
+  ASSERT_FALSE(elsewhere.requests_to("PATCH", "/api/v1/nodes/gpu-node-1/status").empty());
+  EXPECT_TRUE(elsewhere.node_conditions().empty()) << "a refused write changes nothing";
+  EXPECT_LT(daemon_->metric("gpu_devwatch_status_writes_total", {{"object", "node"}, {"result", "sent"}}), 1)
+      << "none sent (-1: no such series yet)";
+  EXPECT_TRUE(daemon_->process().wait_for_output(
+      "ValidatingAdmissionPolicy 'gpu-devwatch-node-status' with binding 'gpu-devwatch-node-status' denied request: "
+      "gpu-devwatch on node gpu-node-2 may patch only its own node, not gpu-node-1"))
+      << daemon_->output();
 }
 
 }  // namespace

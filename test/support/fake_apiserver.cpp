@@ -40,7 +40,7 @@ bool FakeApiServer::make_pki() {
                  error_);
 }
 
-FakeApiServer::FakeApiServer(bool hang) {
+FakeApiServer::FakeApiServer(bool hang, const std::string& token_node) {
   if (!make_pki()) return;
   token_file_ = dir_.write("serviceaccount/token", "token-one\n");
   log_ = dir_.write("requests.jsonl", "");
@@ -49,7 +49,10 @@ FakeApiServer::FakeApiServer(bool hang) {
   const std::string port_file = dir_ / "port";
   std::vector<std::string> argv{"python3", std::string(GDW_SOURCE_DIR) + "/test/support/fake_apiserver.py",
                                 "--cert", dir_ / "server.crt", "--key", dir_ / "server.key",
-                                "--port-file", port_file, "--log", log_, "--state", state_};
+                                "--port-file", port_file, "--log", log_, "--state", state_,
+                                "--admission-policy",
+                                std::string(GDW_SOURCE_DIR) + "/deploy/kubernetes/admission-policy.yaml",
+                                "--token-node", token_node};
   if (hang) argv.push_back("--hang");
   server_ = std::make_unique<BackgroundProcess>(argv);
   auto port_text = [&] {

@@ -2,7 +2,10 @@
 // status, this node's pods (list, watch) and their status, with a CA, server certificate
 // (127.0.0.1) and ServiceAccount token made for the test, and knobs for the failures a
 // real one shows (500 answers, 429/503 with Retry-After, hanging, dropped watches, 410
-// Gone). Stateful: the PATCHes are applied to the objects it serves.
+// Gone). Stateful: the PATCHes are applied to the objects it serves, once the
+// ValidatingAdmissionPolicies of deploy/kubernetes/admission-policy.yaml admitted them, run
+// as the API server runs them (admission.py): so every daemon test that writes a condition
+// or a gate also shows that the shipped policies admit what the daemon writes.
 #pragma once
 
 #include <map>
@@ -28,10 +31,15 @@ struct RecordedRequest {
   nlohmann::json body;  // null when the body is not JSON
 };
 
+// The node the ServiceAccount token is bound to (authentication.kubernetes.io/node-name),
+// unless a test says otherwise: the node of the daemon's tests.
+inline constexpr const char* kTokenNode = "gpu-node-1";
+
 class FakeApiServer {
  public:
-  // hang: accepts and completes TLS, never answers.
-  explicit FakeApiServer(bool hang = false);
+  // hang: accepts and completes TLS, never answers. token_node: the node the token's
+  // claim names to admission ("" : a token without the claim, as a legacy token is).
+  explicit FakeApiServer(bool hang = false, const std::string& token_node = kTokenNode);
   ~FakeApiServer();
   bool running() const { return port_ > 0; }
   std::string setup_error() const { return error_; }

@@ -2,6 +2,7 @@
 """A stand-in for the Kubernetes API server's endpoints gpu-devwatch uses, over real TLS.
 
 usage: fake_apiserver.py --cert C --key K --port-file F --log L --state DIR [--hang]
+                         [--admission-policy FILE [--token-node NODE]]
 
 Listens on 127.0.0.1 (a free port, written to --port-file once listening). Every request is
 appended to --log as one JSON line: method, path, authorization, content_type, user_agent,
@@ -33,6 +34,14 @@ replaced, null deletes), and what it serves next shows them.
   with Retry-After: N) or "hang" (requests wait, without an answer, until the mode changes;
   the connection is then closed). DIR/pods.json holds every pod after each change.
 --hang: as DIR/mode "hang" from the start, for good.
+--admission-policy: the ValidatingAdmissionPolicies of FILE (a manifest) admit or deny every
+  node and pod status PATCH, as the API server runs them (admission.py, cel.py): on the
+  object after the patch, status subresource rules applied (the spec stays as it was), with
+  a denial answered as the API server answers it (403 Forbidden, the policy's message) and
+  the object left unchanged. Every bearer token is taken as the DaemonSet's ServiceAccount
+  token (system:serviceaccount:gpu-devwatch:gpu-devwatch), bound to a pod on --token-node:
+  its request.userInfo.extra carries authentication.kubernetes.io/node-name [NODE], as a
+  projected token's does ("" or absent: a token without the claim).
 """
 import argparse
 import copy
@@ -45,10 +54,14 @@ import threading
 import time
 import urllib.parse
 
+import admission
+
 EVENTS = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/events(?:/([a-z0-9.-]+))?$")
 NODE_STATUS = re.compile(r"^/api/v1/nodes/([a-z0-9.-]+)/status$")
 NODE = re.compile(r"^/api/v1/nodes/([a-z0-9.-]+)$")
 POD_STATUS = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods/([a-z0-9.-]+)/status$")
+SERVICE_ACCOUNT = "system:serviceaccount:gpu-devwatch:gpu-devwatch"
+NODE_CLAIM = "authentication.kubernetes.io/node-name"
 
 
 class State:
@@ -152,8 +165,9 @@ def strategic_merge(target, patch):
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    state = None  # set by main(): the server's State
-    args = None   # and its arguments
+    state = None     # set by main(): the server's State
+    args = None      # and its arguments
+    policies = None  # and the admission policies (admission.load), None without
     log_lock = threading.Lock()
 
     def mode(self):
@@ -241,7 +255,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.status(405, "MethodNotAllowed", "method not allowed")
         patch = json.loads(body)
         with self.state.cv:
-            strategic_merge(self.state.node, patch.get("status", {}))
+            old = self.node_object(node)
+            new = self.patched(old, patch)
+            denied = self.admit("nodes", node, "", old, new)
+            if denied:
+                return self.status(denied.code, denied.reason, denied.message)
+            self.state.node = new["status"]
             write_json(os.path.join(self.args.state, "node.json"), self.state.node)
             return self.answer(200, self.node_object(node))
 
@@ -254,9 +273,37 @@ class Handler(http.server.BaseHTTPRequestHandler):
             uid = patch.get("metadata", {}).get("uid")
             if uid is not None and uid != pod["metadata"]["uid"]:
                 return self.status(422, "Invalid", "metadata.uid: Invalid value: field is immutable")
-            strategic_merge(pod.setdefault("status", {}), patch.get("status", {}))
+            new = self.patched(pod, patch)
+            denied = self.admit("pods", name, ns, pod, new)
+            if denied:
+                return self.status(denied.code, denied.reason, denied.message)
+            pod.clear()
+            pod.update(new)
             self.state.record("MODIFIED", pod)
             return self.answer(200, pod)
+
+    @staticmethod
+    def patched(old, patch):
+        """The object after a status PATCH, as admission sees it: the patch merged, then the
+        status subresource's rule that the spec stays as it was."""
+        new = strategic_merge(copy.deepcopy(old), patch)
+        if "spec" in old:
+            new["spec"] = copy.deepcopy(old["spec"])
+        return new
+
+    def admit(self, resource, name, ns, old, new):
+        """The Denied of the admission policies, or None (admitted; also without policies)."""
+        if self.policies is None:
+            return None
+        node = self.args.token_node
+        user = admission.user_info(SERVICE_ACCOUNT, {NODE_CLAIM: [node]} if node else None,
+                                   ["system:serviceaccounts", "system:serviceaccounts:gpu-devwatch",
+                                    "system:authenticated"])
+        try:
+            admission.admit(self.policies, admission.status_update(resource, name, old, new, user, ns))
+        except admission.Denied as denied:
+            return denied
+        return None
 
     def list(self, query):
         node = query.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
@@ -319,9 +366,15 @@ def main():
     for flag in ("--cert", "--key", "--port-file", "--log", "--state"):
         p.add_argument(flag, required=True)
     p.add_argument("--hang", action="store_true")
+    p.add_argument("--admission-policy")
+    p.add_argument("--token-node", default="")
     args = p.parse_args()
     state = State(args.state)
     Handler.state, Handler.args = state, args
+    if args.admission_policy:
+        import yaml  # only here: the server runs without PyYAML when no policy is asked for
+        with open(args.admission_policy) as f:
+            Handler.policies = admission.load(list(yaml.safe_load_all(f)))
     threading.Thread(target=state.poll_commands, daemon=True).start()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
