@@ -1,6 +1,5 @@
 #include "service/container_fleet.h"
 
-#include <sys/epoll.h>
 #include <sys/stat.h>
 
 #include <set>
