@@ -192,11 +192,7 @@ static __always_inline void submit_device_program_event(const struct device_prog
                                                         __u32 type) {
   struct gdw_device_program_event *e = reserve_event(sizeof(*e));
   if (!e) return;
-  e->header.type = type;
-  e->header.reserved = 0;
-  e->header.ktime_ns = bpf_ktime_get_ns();
-  fill_process(&e->caller);
-  await_exit_of_current();
+  begin_writer_record(&e->header, type, &e->caller);
   e->command = change->command;
   e->flags = change->flags;
   e->prog_id = change->prog_id;

@@ -61,11 +61,7 @@ static __always_inline __u64 emit_rule_write(struct task_struct *task, struct pt
 
   struct gdw_rule_write_event *e = reserve_event(sizeof(*e));
   if (!e) return 0;
-  e->header.type = GDW_EVENT_RULE_WRITE;
-  e->header.reserved = 0;
-  e->header.ktime_ns = bpf_ktime_get_ns();
-  fill_process(&e->writer);
-  await_exit_of_current();
+  begin_writer_record(&e->header, GDW_EVENT_RULE_WRITE, &e->writer);
   /* The cgroup is the directory holding the file; its kernfs id is the cgroup id. */
   struct kernfs_node *directory = kernfs_parent(kn);
   e->target_cgroup_id = BPF_CORE_READ(directory, id);
@@ -114,11 +110,7 @@ static __always_inline int emit_rule_write_on_write_path(struct kernfs_node *kn,
   if (!deny && !report_allow_writes) return 0;
   struct gdw_rule_write_event *e = reserve_event(sizeof(*e));
   if (!e) return 0;
-  e->header.type = GDW_EVENT_RULE_WRITE;
-  e->header.reserved = 0;
-  e->header.ktime_ns = bpf_ktime_get_ns();
-  fill_process(&e->writer);
-  await_exit_of_current();
+  begin_writer_record(&e->header, GDW_EVENT_RULE_WRITE, &e->writer);
   struct kernfs_node *directory = kernfs_parent(kn);
   e->target_cgroup_id = BPF_CORE_READ(directory, id);
   e->result = ret;

@@ -31,6 +31,18 @@ static __always_inline void await_exit_of_current(void) {
   bpf_map_update_elem(&awaited_writers, &tgid, &present, BPF_ANY);
 }
 
+/* The start of every record that names a writer (a rule write, a device program change):
+ * its header, the writer, and the writer's exit awaited, in one place so that no such
+ * record can leave its writer's exit unreported. */
+static __always_inline void begin_writer_record(struct gdw_event_header *header, __u32 type,
+                                                struct gdw_process *writer) {
+  header->type = type;
+  header->reserved = 0;
+  header->ktime_ns = bpf_ktime_get_ns();
+  fill_process(writer);
+  await_exit_of_current();
+}
+
 static __always_inline int report_awaited_exit(struct task_struct *task) {
   __u32 tgid = BPF_CORE_READ(task, tgid);
   if (!bpf_map_lookup_elem(&awaited_writers, &tgid)) return 0;
