@@ -68,7 +68,8 @@ class ApplyWaits {
     EventSource timer;
     std::optional<Kept> kept;
   };
-  // What an ended wait held, until release_ended().
+  // What an ended wait held, until release_ended(). The pidfd is declared first, so it is
+  // closed last: after its epoll registration is removed.
   struct Released {
     v2_kernel::OwnedFd pidfd;
     EventSource exit_source;

@@ -11,11 +11,11 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
-#include <optional>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
