@@ -259,13 +259,13 @@ void ContainerFleet::upsert(const DiscoveredContainer& cg, bool check_new) {
   if (inserted && synced_ && w.is_gpu() && check_new) check(w, Clock::now());
 }
 
-void ContainerFleet::resolve(WatchedContainer& w, bool force) {
+void ContainerFleet::resolve(WatchedContainer& w, bool force, bool persist_now) {
   if (!force && w.resolved_generation == node_.generation()) return;
-  apply_target(w, node_.resolve(w.cgroup));
+  apply_target(w, node_.resolve(w.cgroup), persist_now);
   w.resolved_generation = node_.generation();
 }
 
-void ContainerFleet::apply_target(WatchedContainer& w, ContainerTarget target) {
+void ContainerFleet::apply_target(WatchedContainer& w, ContainerTarget target, bool persist_now) {
   const bool was_gpu = w.is_gpu();
   w.target = std::move(target);
   if (w.target.identity) {
@@ -295,7 +295,7 @@ void ContainerFleet::apply_target(WatchedContainer& w, ContainerTarget target) {
   // alone, ANDed with the rest: what it lacks is denied from that moment until a repair.
   // Added before any harm, the reload keeps it. (On v1 every reload briefly denies
   // everything anyway; there the grant is persisted after a repair.)
-  if (is_gpu && access_ && access_->policy_in_programs()) persist(w);
+  if (persist_now && is_gpu && access_ && access_->policy_in_programs()) persist(w);
 }
 
 void ContainerFleet::start_watching(WatchedContainer& w) {
@@ -355,10 +355,10 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   // Never inside a runtime's own apply: observe mode writes nothing, so it never waits.
   const bool creating = !w.create_ended && !w.create_marker.empty();
   if (settings_.mode == Mode::kEnforce && must_wait(w, trigger, cause, write_event)) return false;
-  // Its create has just ended: what the runtime wrote during it (under the systemd driver the
-  // scope's DevicePolicy= and DeviceAllow= drop-ins) is complete now. Read again, so that
-  // what DeviceAllow= lacks is persisted before systemd's next re-apply can harm.
-  if (creating && w.create_ended) resolve(w, /*force=*/true);
+  // A create that has just ended has written all (the systemd driver's DevicePolicy= and
+  // DeviceAllow= drop-ins): read again; what DeviceAllow= lacks is persisted after the grant.
+  const bool create_just_ended = creating && w.create_ended;
+  if (create_just_ended) resolve(w, /*force=*/true, /*persist=*/false);
   const auto before = w.repair_gauge_inputs();
   CheckOutcome outcome = repair_.check(*access_, w, trigger, cause);
   apply_waits_.release_ended();  // what the wait that let this check through held, after its grant
@@ -377,6 +377,8 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
     resolve(w, /*force=*/true);
     target_moved = w.target_gauge_inputs() != target_before;
     persist(w, outcome.granted);
+  } else if (create_just_ended && w.is_gpu() && access_->policy_in_programs()) {
+    persist(w);
   }
   // While `w` misses devices someone else's grant ends the drift: watched only then.
   watches_.watch_restoring_files(w, access_->restoring_rule_files());

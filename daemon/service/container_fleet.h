@@ -82,9 +82,10 @@ class ContainerFleet final : public ContainerLister {
   void upsert(const DiscoveredContainer& cg, bool check_new);
   void remove(const std::string& cgroup_dir);
   // Re-resolves who the container is and what it must have, unless nothing it depends on
-  // changed since (NodeModel::generation()).
-  void resolve(WatchedContainer& w, bool force);
-  void apply_target(WatchedContainer& w, ContainerTarget target);
+  // changed since (NodeModel::generation()). `persist`: what DeviceAllow= lacks is added now
+  // (false: the caller persists after its grant).
+  void resolve(WatchedContainer& w, bool force, bool persist = true);
+  void apply_target(WatchedContainer& w, ContainerTarget target, bool persist = true);
   void start_watching(WatchedContainer& w);
   void stop_watching(WatchedContainer& w);
   // One check of `w` and what its outcome asks for, unless it waits for a runtime's apply

@@ -3,7 +3,9 @@
 gRPC as kubelet drives it, with gpu-devwatch running beside it, in `enforce` mode and again in
 `observe` mode (the control: the daemon writes nothing). Counts runtime errors, checks every
 resource update landed, the GPU container whole again, nothing extra granted and the sandbox
-untouched.
+untouched. And the tenant's view: a process of the test's in each GPU container keeps opening
+its GPU nodes, and each step's loss is timed from the end of the runtime's apply, the runtime
+process's exit as the kernel records it (tenant_view.py).
 
 Cells: runc 1.1.5, runc 1.0.0~rc93 and crun 1.8.1, each on v1 and v2 with the cgroupfs driver
 (containerd on the host), and on v2 with the systemd driver (v2-systemd-*) under a real systemd
@@ -53,6 +55,8 @@ import containerd_stack as cs  # noqa: E402
 import gpu_node as gn  # noqa: E402
 import nspawn_node as nn  # noqa: E402
 import pod_loop  # noqa: E402
+from runtime_exits import RuntimeExits  # noqa: E402
+from tenant_view import TenantView  # noqa: E402
 
 SKIP = 77
 ALL_CELLS = ("v1-runc,v1-runc-rc93,v1-crun,v2-runc,v2-runc-rc93,v2-crun,v2-systemd-runc,v2-systemd-runc-rc93,"
@@ -176,8 +180,10 @@ def run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, ba
     if extra:
         with open(cfg, "a") as f:
             f.write(extra.replace("\\n", "\n").rstrip("\n") + "\n")
+    view = TenantView([os.path.join(node.dev, n) for n in gn.WANTED], args.exits) if args.exits else None
+    st.view = view
     loop = pod_loop.PodLoop(cri, ctd, node, cgroups, st, handler, mode, v2=v2, updates=args.updates,
-                            cpus=args.cpus, systemd=systemd)
+                            cpus=args.cpus, systemd=systemd, view=view)
     node.write_checkpoint([(loop.uid, "gpu", [gn.gpu_uuid(0)])])
     if systemd is not None:
         systemd.start_slice(loop.pod_slice, "kubepods-burstable.slice")  # kubelet's pod slice, over D-Bus
@@ -190,6 +196,8 @@ def run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, ba
     try:
         loop.run(args.iterations)
     finally:
+        if view:
+            view.close()
         created.extend(loop.created)
         st.regrants = daemon.metric_sum("gpu_devwatch_regrants_total")
         if systemd is not None:
@@ -215,6 +223,41 @@ def count(x):
     return "-" if x is None else "%d" % x
 
 
+def pct(xs, p):
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))] if xs else None
+
+
+def from_exit(st):
+    """'p50/p99' ms from the runtime's exit to the tenant's GPU back, or '-'."""
+    xs = st.view.of("exit") if st.view else []
+    return "%s/%s" % (fmt_ms(pct(xs, 50)), fmt_ms(pct(xs, 99))) if xs else "-"
+
+
+def print_view(st):
+    v = st.view
+    if v is None:
+        return
+    exits = v.of("exit")
+    by_step = ", ".join("%s %s/%s (%d)" % (what, fmt_ms(pct(v.of("exit", what), 50)), fmt_ms(pct(v.of("exit", what), 99)),
+                                          len(v.of("exit", what)))
+                        for what in ("start", "update", "restart") if v.of("exit", what))
+    print("    tenant's view, GPU back after the runtime's exit (p50/p99/max ms, n): %s/%s/%s (%d)%s; "
+          "never denied %d; back before the runtime's exit %d; still denied %d; not watched %d; "
+          "a look every %s µs" % (
+              fmt_ms(pct(exits, 50)), fmt_ms(pct(exits, 99)), fmt_ms(exits[-1] if exits else None), len(exits),
+              " [" + by_step + "]" if by_step else "", v.count("undenied"), v.count("before exit"),
+              v.count("not whole"), v.count("unmeasured"), "-" if v.round_us() is None else "%.0f" % v.round_us()))
+    denials = v.of("denial")
+    if denials or any(s.what in ("set-property", "reload") for s in v.samples):
+        print("    systemd's re-applies (set-property, daemon-reload): denied %d times, back after (p50/p99 ms) %s/%s" % (
+            len(denials), fmt_ms(pct(denials, 50)), fmt_ms(pct(denials, 99))))
+    slow = sorted((s for s in v.samples if s.kind == "exit" and s.seconds > 1e-3), key=lambda s: -s.seconds)
+    for sample in slow[:3]:
+        print("    over 1 ms (ms from the step's call): " + sample.describe())
+    for e in sorted(set(v.errors))[:3]:
+        print("    watcher: " + e)
+
+
 def print_run(st):
     print("  %-28s %-8s starts %d/%d updates %d/%d (landed %d) restarts %d/%d runtime errors %d "
           "whole %d/%d p50 %s ms p99 %s ms exec ok %d/%d; daemon: revocations %s regrants %s apply waits %s; "
@@ -235,19 +278,20 @@ def print_run(st):
                   st.hook_grants, sum(st.hook_failures.values()),
                   "".join(" (%d x %s)" % (n, t) for t, n in sorted(st.hook_failures.items())),
                   count(st.max_programs), count(st.systemd_regrants)))
+    print_view(st)
     for text, n in sorted(st.errors.items(), key=lambda kv: -kv[1]):
         print("    %4d x %s" % (n, text))
 
 
 def table(results, not_run):
     head = ("cell", "mode", "starts", "updates", "restarts", "rt errors", "landed", "whole", "p50 ms", "p99 ms",
-            "extras", "sandbox")
+            "from exit p50/p99 ms", "extras", "sandbox")
     rows = [head]
     for st in results:
         rows.append((st.cell, st.mode, "%d/%d" % (st.starts, st.start_calls), "%d/%d" % (st.updates, st.update_calls),
                      "%d/%d" % (st.restarts, st.restart_calls), str(st.runtime_errors),
                      "%d/%d" % (st.updates_landed, st.updates), "%d/%d" % (st.whole, st.whole_checks),
-                     fmt_ms(st.percentile(50)), fmt_ms(st.percentile(99)), str(len(st.extras)),
+                     fmt_ms(st.percentile(50)), fmt_ms(st.percentile(99)), from_exit(st), str(len(st.extras)),
                      "ok" if not st.sandbox_touched else "%d GPU rules" % len(st.sandbox_touched)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     print()
@@ -281,6 +325,11 @@ def verdict(results, not_run, ci):
                 name, st.whole_checks - st.whole, ", ".join(sorted(set(st.not_whole)))))
         if st.exec_ok != st.exec_checks:
             failures.append("%s: opens from inside not as expected: %s" % (name, st.exec_failures[:2]))
+        if st.view and st.view.count("before exit"):
+            failures.append("%s: the GPU came back %d times before the runtime that revoked it had exited "
+                            "(a grant inside its apply)" % (name, st.view.count("before exit")))
+        if st.view and st.view.errors:
+            failures.append("%s: the tenant's view: %s" % (name, sorted(set(st.view.errors))[0]))
         if st.extras:
             failures.append("%s: granted beyond the allocation: %s" % (name, st.extras[:2]))
         # Under the systemd driver the daemon adds the GPU to each new runc scope's DeviceAllow=
@@ -435,6 +484,11 @@ def main():
 
     not_run = []
     created = []
+    exits = RuntimeExits()
+    started, why = exits.start()
+    args.exits = exits if started else None
+    if not started:
+        not_run.append("the tenant's view from the runtime's exit (every cell): " + why)
     run_containerd_existed = os.path.exists("/run/containerd")
     results = []
     stacks = []
@@ -524,6 +578,7 @@ def main():
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        exits.stop()
         for ctd in stacks:
             ctd.stop()
             ctd.unmount_all()

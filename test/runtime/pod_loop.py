@@ -95,6 +95,7 @@ class Stats:
         self.revocations = None  # gpu_devwatch_revocations_total
         self.apply_waits = None  # gpu_devwatch_apply_waits_total (absent before the fix)
         self.seconds = 0.0
+        self.view = None         # tenant_view.TenantView of the run (None: not measured)
 
     @property
     def runtime_errors(self):
@@ -115,7 +116,8 @@ class Stats:
 
 
 class PodLoop:
-    def __init__(self, cri, ctd, node, cgroups, stats, handler, mode, v2=False, updates=2, cpus=None, systemd=None):
+    def __init__(self, cri, ctd, node, cgroups, stats, handler, mode, v2=False, updates=2, cpus=None, systemd=None,
+                 view=None):
         self.cri = cri
         self.ctd = ctd
         self.node = node
@@ -141,6 +143,9 @@ class PodLoop:
         self.sandbox_rules = []
         self.created = []  # every sandbox and container ID (the cleanup removes leftover runtime state)
         self.step = 0
+        # tenant_view.TenantView (None: not measured): a process of the test's in each GPU
+        # container from its start to its stop, timing each step from the runtime's exit.
+        self.view = view
 
     # --- cgroup reads -----------------------------------------------------------------
 
@@ -159,6 +164,25 @@ class PodLoop:
         if os.path.isdir(self.v2_dir(scope + "/container")):
             return scope + "/container"
         return scope
+
+    def expected_procs(self, container_id):
+        """The cgroup.procs the container's start will create (its cgroupsPath is in the bundle only
+        then): the watcher waits for it. crun under systemd runs the container in a `container`
+        sub-cgroup of its scope, and needs the scope itself empty to enable controllers there."""
+        if self.systemd is not None:
+            rel = "/%s/%s/cri-containerd-%s.scope" % (self.systemd.payload_rel, expand_slice(self.parent), container_id)
+            if "crun" in self.handler:
+                rel += "/container"
+        else:
+            rel = "%s/%s" % (self.parent, container_id)
+        hierarchy = "unified" if self.v2 else "devices"
+        return os.path.join(gn.CGROUP_ROOT, hierarchy) + rel + "/cgroup.procs"
+
+    def check_joined(self, container_id, cgpath):
+        actual = os.path.join(gn.CGROUP_ROOT, "unified" if self.v2 else "devices") + cgpath + "/cgroup.procs"
+        if self.view and self.expected_procs(container_id) != actual:
+            self.view.errors.append("the watcher awaited %s, the container is in %s" % (
+                self.expected_procs(container_id), actual))
 
     def sandbox_cgroup(self):
         if self.systemd is not None:
@@ -333,6 +357,8 @@ class PodLoop:
     def create_start(self, attempt):
         """(container id, start returned at) or (None, None) when the runtime refused."""
         shares, cpus = self.resources()
+        if self.view:
+            self.view.step("restart" if attempt else "start")
         mounts = [("/gpu", self.node.dev, False)]
         cfg = self.cri.container_config("gpu", attempt, IMAGE_REF, ["/bin/sleep", "1000000"], mounts,
                                         0 if self.v2 else shares, "" if self.v2 else cpus, self.sandbox_cfg)
@@ -342,6 +368,8 @@ class PodLoop:
             self.st.error(e)
             return None, None
         self.created.append(cid)
+        if self.view:
+            self.view.join(self.expected_procs(cid))
         try:
             self.cri.start_container(cid)
         except CriError as e:
@@ -350,7 +378,13 @@ class PodLoop:
             return None, None
         return cid, time.monotonic()
 
+    def leave(self):
+        """The watcher out of the container before anything stops it."""
+        if self.view:
+            self.view.leave()
+
     def remove(self, cid):
+        self.leave()
         for call in (self.cri.stop_container, self.cri.remove_container):
             try:
                 call(cid)
@@ -360,6 +394,8 @@ class PodLoop:
     def update(self, cid, cgpath):
         shares, cpus = self.resources()
         self.st.update_calls += 1
+        if self.view:
+            self.view.step("update")
         if self.systemd is not None:
             return self.update_systemd(cid, cgpath, shares)
         try:
@@ -398,6 +434,8 @@ class PodLoop:
         self.st.updates += 1
         unit = [part for part in cgpath.split("/") if part.endswith(".scope")][-1]
         weight = cpu_weight(shares)
+        if self.view:
+            self.view.step("set-property")
         r = self.systemd.systemctl("set-property", "--runtime", unit, "CPUWeight=%d" % weight)
         changed = time.monotonic()
         if r.returncode != 0:
@@ -409,6 +447,8 @@ class PodLoop:
                 self.st.updates_landed += 1
             else:
                 self.st.landed_failures.append("CPUWeight %s (want %d)" % (got, weight))
+        if self.view:
+            self.view.step("reload")
         r = self.systemd.systemctl("daemon-reload", timeout=60)
         reloaded = time.monotonic()
         if r.returncode != 0:
@@ -422,12 +462,14 @@ class PodLoop:
             return
         self.st.starts += 1
         cgpath = self.cgroup_path(cid)
+        self.check_joined(cid, cgpath)
         self.hook_grant(cgpath)
         self.check(cid, cgpath, started, "start")
         for _ in range(self.updates):
             self.update(cid, cgpath)
         # Restart: the old one stops, attempt+1 is created and started, the old one removed.
         self.st.restart_calls += 1
+        self.leave()
         try:
             self.cri.stop_container(cid)
         except CriError as e:
@@ -436,6 +478,7 @@ class PodLoop:
         if new is not None:
             self.st.restarts += 1
             new_cgpath = self.cgroup_path(new)
+            self.check_joined(new, new_cgpath)
             self.hook_grant(new_cgpath)
             self.check(new, new_cgpath, started, "restart")
         self.remove(cid)  # kubelet's garbage collection of the exited attempt

@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""How long a GPU container went without its GPU after each step of the runtime matrix, counted
+from the end of the runtime's apply: pure, from what the whole-watch process saw (when the
+container's set of GPU nodes turned denied and allowed again, whole_watch.py) and when the
+runtime processes ended (the kernel's sched_process_exit, runtime_exits.py).
+
+Per step (a window from its CRI call, or systemctl call, to the next step):
+  - the last denial the watcher saw begins at r (the watcher's join counts, when it found the
+    nodes denied) and ends at w, when every node opened again;
+  - steps the runtime applies (start, restart, update): from the runtime's exit, t_e, the first
+    runtime process that ended in [r, w] (the one that revoked: a grant may come only after
+    it), else the last in [step begin, r) (it ended before the watcher saw the denial); the
+    figure is w - t_e. None at all: the GPU came back before any runtime process of the step
+    ended ("before exit"), i.e. inside the apply;
+  - systemd's re-applies (set-property, reload): systemd never exits; from the denial, w - r;
+  - no denial in the window: "undenied"; still denied at its end: "not whole"; the watcher
+    not in the cgroup: "unmeasured".
+
+  whole_timing.py --self-test      checks the rules above on made-up timelines
+"""
+
+import sys
+
+RUNTIME_STEPS = ("start", "restart", "update")
+SYSTEMD_STEPS = ("set-property", "reload")
+
+
+class Sample:
+    def __init__(self, what, kind, seconds=None, timeline=None):
+        self.what, self.kind, self.seconds = what, kind, seconds
+        # For a slow one: [(label, t)] from the step's begin (the denial, the exits, the GPU back).
+        self.timeline = timeline or []
+
+    def describe(self):
+        t0 = self.timeline[0][1] if self.timeline else 0
+        return "%s %.2f ms: %s" % (self.what, 1e3 * (self.seconds or 0), ", ".join(
+            "%s %+.2f" % (label, 1e3 * (t - t0)) for label, t in self.timeline))
+
+    def __repr__(self):
+        return "Sample(%s, %s, %s)" % (self.what, self.kind, self.seconds)
+
+
+def last_denial(transitions, begin, end):
+    """(r, w) of the last denial seen in [begin, end): w None while still denied at `end`;
+    None when the window saw none. `transitions`: [(t, 0|1)] in time order."""
+    before = [s for t, s in transitions if t < begin]
+    inside = [(t, s) for t, s in transitions if begin <= t < end]
+    starts = [i for i, (_, s) in enumerate(inside) if s == 0]
+    if starts:
+        i = starts[-1]
+        r = inside[i][0]
+        w = next((t for t, s in inside[i + 1:] if s == 1), None)
+        return r, w
+    if before and before[-1] == 0:  # denied since an earlier window
+        w = next((t for t, s in inside if s == 1), None)
+        return begin, w
+    return None
+
+
+def runtime_exit(exits, begin, r, w):
+    """The end of the apply that revoked (see the module's text), or None."""
+    after = [t for t in exits if r <= t <= w]
+    if after:
+        return after[0]
+    before = [t for t in exits if begin <= t < r]
+    return before[-1] if before else None
+
+
+def analyze(steps, end, joined, transitions, exits):
+    """steps: [(what, begin)] of one container, in order; end: when the watcher left it;
+    joined: when it joined (None: never); transitions: [(t, 0|1)]; exits: runtime exits, sorted
+    (all of the cell's). → [Sample], one per step."""
+    out = []
+    for i, (what, begin) in enumerate(steps):
+        stop = steps[i + 1][1] if i + 1 < len(steps) else end
+        if joined is None or joined >= stop:
+            out.append(Sample(what, "unmeasured"))
+            continue
+        denial = last_denial(transitions, begin, stop)
+        if denial is None:
+            out.append(Sample(what, "undenied"))
+            continue
+        r, w = denial
+        if w is None:
+            out.append(Sample(what, "not whole"))
+        elif what in SYSTEMD_STEPS:
+            out.append(Sample(what, "denial", w - r))
+        else:
+            t_e = runtime_exit(exits, begin, r, w)
+            timeline = sorted([("step", begin), ("denied", r), ("back", w)] +
+                              [("exit", t) for t in exits if begin <= t <= w], key=lambda lt: lt[1])
+            out.append(Sample(what, "before exit", w - r, timeline) if t_e is None else
+                       Sample(what, "exit", w - t_e, timeline))
+    return out
+
+
+def self_test():
+    failures = []
+
+    def expect(name, got, want):
+        got = [(s.what, s.kind, None if s.seconds is None else round(s.seconds, 6)) for s in got]
+        if got != want:
+            failures.append("%s: got %s, want %s" % (name, got, want))
+
+    # A start: joined while allowed (v2: no program yet), runc's program denies at 1.010, runc
+    # create exits at 1.020 (runc start at 1.030), whole at 1.0203.
+    expect("start, joined early",
+           analyze([("start", 1.0)], 2.0, 1.001, [(1.001, 1), (1.010, 0), (1.0203, 1)], [1.020, 1.030]),
+           [("start", "exit", 0.0003)])
+    # Joined after runc create ended and before the grant: the denial is seen from the join.
+    expect("start, joined late",
+           analyze([("start", 1.0)], 2.0, 1.021, [(1.021, 0), (1.0215, 1)], [1.020, 1.030]),
+           [("start", "exit", 0.0015)])
+    # Joined after the grant: nothing denied was seen.
+    expect("start, joined after the grant",
+           analyze([("start", 1.0)], 2.0, 1.025, [(1.025, 1)], [1.020]), [("start", "undenied", None)])
+    # A grant inside the apply: whole again before any runtime process of the step ended.
+    expect("start, granted inside the apply",
+           analyze([("start", 1.0)], 2.0, 1.001, [(1.001, 1), (1.010, 0), (1.012, 1)], [1.020]),
+           [("start", "before exit", 0.002)])
+    # An update that does not touch devices, then one that does (crun re-attaches), then a
+    # restart's window that ends still denied.
+    expect("updates",
+           analyze([("start", 1.0), ("update", 2.0), ("update", 3.0)], 4.0, 1.001,
+                   [(1.001, 1), (3.005, 0), (3.0091, 1)], [2.010, 3.009]),
+           [("start", "undenied", None), ("update", "undenied", None), ("update", "exit", 0.0001)])
+    expect("still denied", analyze([("update", 1.0)], 2.0, 0.5, [(0.5, 1), (1.5, 0)], [1.4]),
+           [("update", "not whole", None)])
+    # systemd's re-apply: from the denial seen; a denial carried over from the step before.
+    expect("systemd",
+           analyze([("set-property", 1.0), ("reload", 2.0)], 3.0, 0.5, [(0.5, 1), (1.9, 0), (2.0004, 1)], []),
+           [("set-property", "not whole", None), ("reload", "denial", 0.0004)])
+    # The exit that counts is the first after the denial, not a later one.
+    expect("first exit after the denial",
+           analyze([("update", 1.0)], 2.0, 0.5, [(0.5, 1), (1.1, 0), (1.3, 1)], [1.05, 1.2, 1.25]),
+           [("update", "exit", 0.1)])
+    expect("never joined", analyze([("start", 1.0)], 2.0, None, [], [1.2]), [("start", "unmeasured", None)])
+    for f in failures:
+        print("FAIL: " + f)
+    print("whole_timing self-test: %d failures" % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--self-test"]:
+        sys.exit(self_test())
+    print(__doc__)
+    sys.exit(2)
