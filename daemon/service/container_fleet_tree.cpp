@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "log/log.h"
+#include "runtime/cgroup_names.h"
 #include "service/container_fleet.h"
 
 namespace gdw {
@@ -64,6 +65,15 @@ void ContainerFleet::remove(const std::string& cgroup_dir) {
 }
 
 void ContainerFleet::dir_created(const std::string& path) {
+  // crun's sub-cgroup of a GPU container (systemd driver), where crun attaches its device
+  // program within a millisecond: the probe must name crun as that program's writer, so that
+  // the grant waits for crun's exit. Watched as it appears, from the probe's mkdir record.
+  if (const auto slash = path.rfind('/'); slash != std::string::npos && path.substr(slash + 1) == kCrunSubgroup) {
+    if (WatchedContainer* w = containers_.find(path.substr(0, slash)); w && w->is_gpu()) {
+      probe_.watch(*w);
+      return;
+    }
+  }
   auto kind = classify_cgroup_dir(node_.kubepods(), path);
   if (!kind) return;
   if (kind->level == CgroupDirKind::kContainer) {

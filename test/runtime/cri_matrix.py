@@ -254,6 +254,8 @@ def print_view(st):
     slow = sorted((s for s in v.samples if s.kind == "exit" and s.seconds > 1e-3), key=lambda s: -s.seconds)
     for sample in slow[:3]:
         print("    over 1 ms (ms from the step's call): " + sample.describe())
+    for sample in [s for s in v.samples if s.kind == "before exit"][:3]:
+        print("    back before the runtime's exit (ms from the step's call): " + sample.describe())
     for e in sorted(set(v.errors))[:3]:
         print("    watcher: " + e)
 

@@ -1,32 +1,42 @@
-"""When each runtime process ended, from the kernel: a tracefs instance of the test's own
-(`instances/gdw-cri-exits-<pid>`, removed at the end) records `sched/sched_process_exit` of the
-last thread of every process named runc or crun (`group_dead`), on the CLOCK_MONOTONIC clock
-(`trace_clock` mono), which is Python's time.monotonic(). That is the end of a runtime's apply:
-the daemon may grant only after it.
+"""When each runtime invocation ended, from the kernel: a tracefs instance of the test's own
+(`instances/gdw-cri-exits-<pid>`, removed at the end) records every exec of a runc or crun
+binary (`sched/sched_process_exec`) and the exit of the last thread of every process named
+runc or crun (`sched/sched_process_exit`, `group_dead`), on the CLOCK_MONOTONIC clock
+(`trace_clock` mono), which is Python's time.monotonic(). A runtime invocation's exit is the
+end of its apply: the daemon may grant only after it.
 
-The runtimes' processes: runc and crun themselves (an old runc from the test's cache is
-/usr/sbin/runc there, the wrappers exec them); `runc init` renames itself (runc:[2:INIT]) and
-then execs the container's command, so it is never taken for a runtime.
+Only processes that exec'd the binary count (the exit's thread group, `record-tgid`): crun
+forks helpers that keep its name and exit while the invocation goes on, and `runc init`
+renames itself (runc:[2:INIT]) before it execs the container's command.
 """
 
 import os
 import re
 
 TRACEFS = "/sys/kernel/tracing"
-EVENT = "sched/sched_process_exit"
+EXIT_EVENT = "sched/sched_process_exit"
+EXEC_EVENT = "sched/sched_process_exec"
 RUNTIME_COMMS = ("runc", "crun")
-# "comm-pid [cpu] flags timestamp: sched_process_exit: comm=runc pid=N prio=P group_dead=true"
-LINE = re.compile(r"^\s*.+?-\d+\s+(?:\(\s*[\d-]+\)\s+)?\[\d+\]\s+\S+\s+([\d.]+): sched_process_exit: "
-                  r"comm=(\S+) pid=(\d+) .*group_dead=(\w+)")
+# "comm-pid (tgid) [cpu] flags timestamp: event: fields"
+LINE = re.compile(r"^\s*.+?-\d+\s+\(\s*(\d+)\)\s+\[\d+\]\s+\S+\s+([\d.]+): (sched_process_\w+): (.*)$")
 
 
-def parse(text):
-    """Trace text → [(monotonic seconds, comm, pid)] of the runtime processes that ended, in order."""
+def parse(text, execed):
+    """Trace text → [(monotonic seconds, comm, tgid)] of the runtime invocations that ended, in
+    order. `execed`: the tgids that exec'd a runtime and have not ended, kept across calls."""
     out = []
     for line in text.splitlines():
         m = LINE.match(line)
-        if m and m.group(2) in RUNTIME_COMMS and m.group(4) in ("true", "1"):
-            out.append((float(m.group(1)), m.group(2), int(m.group(3))))
+        if not m:
+            continue
+        tgid, t, event, fields = int(m.group(1)), float(m.group(2)), m.group(3), m.group(4)
+        if event == "sched_process_exec":
+            execed.add(tgid)
+            continue
+        comm = re.search(r"comm=(\S+)", fields)
+        if event == "sched_process_exit" and "group_dead=true" in fields and comm and tgid in execed:
+            execed.discard(tgid)
+            out.append((t, comm.group(1), tgid))
     out.sort()
     return out
 
@@ -37,15 +47,16 @@ class RuntimeExits:
     def __init__(self):
         self.inst = os.path.join(TRACEFS, "instances", "gdw-cri-exits-%d" % os.getpid())
         self.active = False
+        self.execed = set()
 
     def _write(self, rel, text):
         with open(os.path.join(self.inst, rel), "w") as f:
             f.write(text)
 
     def start(self):
-        fmt = os.path.join(TRACEFS, "events", EVENT, "format")
+        fmt = os.path.join(TRACEFS, "events", EXIT_EVENT, "format")
         if not os.path.exists(fmt):
-            return False, "no tracefs with %s at %s" % (EVENT, TRACEFS)
+            return False, "no tracefs with %s at %s" % (EXIT_EVENT, TRACEFS)
         with open(fmt) as f:
             if "group_dead" not in f.read():
                 return False, "this kernel's sched_process_exit has no group_dead field (Linux 6.13+)"
@@ -57,9 +68,12 @@ class RuntimeExits:
         try:
             self._write("buffer_size_kb", "1024")
             self._write("trace_clock", "mono")
+            self._write("options/record-tgid", "1")
             comms = " || ".join('comm == "%s"' % c for c in RUNTIME_COMMS)
-            self._write("events/%s/filter" % EVENT, "group_dead == 1 && (%s)" % comms)
-            self._write("events/%s/enable" % EVENT, "1")
+            self._write("events/%s/filter" % EXIT_EVENT, "group_dead == 1 && (%s)" % comms)
+            self._write("events/%s/filter" % EXEC_EVENT, " || ".join('filename ~ "*/%s"' % c for c in RUNTIME_COMMS))
+            for event in (EXEC_EVENT, EXIT_EVENT):
+                self._write("events/%s/enable" % event, "1")
         except OSError as e:
             self.stop()
             return False, "cannot set up the tracefs instance: %s" % e
@@ -72,15 +86,16 @@ class RuntimeExits:
             text = f.read()
         with open(os.path.join(self.inst, "trace"), "w"):
             pass  # opened for writing with O_TRUNC: the buffer is cleared
-        return parse(text)
+        return parse(text, self.execed)
 
     def stop(self):
         if not self.active:
             return
-        try:
-            self._write("events/%s/enable" % EVENT, "0")
-        except OSError:
-            pass
+        for event in (EXIT_EVENT, EXEC_EVENT):
+            try:
+                self._write("events/%s/enable" % event, "0")
+            except OSError:
+                pass
         try:
             os.rmdir(self.inst)
         except OSError:

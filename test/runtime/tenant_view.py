@@ -15,6 +15,7 @@ class TenantView:
         self.watch = WholeWatch(nodes)
         self.exits = exits  # a started RuntimeExits
         self.seen_exits = []
+        self.exit_names = {}
         self.steps = []
         self.samples = []  # whole_timing.Sample, every container's
         self.errors = []
@@ -34,7 +35,9 @@ class TenantView:
             return
         answer = self.watch.leave()
         end = time.monotonic()
-        self.seen_exits += [t for t, _, _ in self.exits.take()]
+        for t, comm, pid in self.exits.take():
+            self.seen_exits.append(t)
+            self.exit_names[t] = "%s:%d" % (comm, pid)
         if answer["error"]:
             self.errors.append(answer["error"])
         joined = answer["joined"]
@@ -42,10 +45,11 @@ class TenantView:
             self.polls += answer["polls"]
             self.joined_seconds += end - joined
         transitions = [(t, s) for t, s in answer["transitions"]]
-        self.samples += whole_timing.analyze(self.steps, end, joined, transitions, self.seen_exits)
+        self.samples += whole_timing.analyze(self.steps, end, joined, transitions, self.seen_exits, self.exit_names)
         self.steps = []
         # Exits older than the next container's steps can no longer count.
         self.seen_exits = []
+        self.exit_names = {}
 
     def close(self):
         self.watch.close()

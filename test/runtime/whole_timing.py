@@ -66,10 +66,12 @@ def runtime_exit(exits, begin, r, w):
     return before[-1] if before else None
 
 
-def analyze(steps, end, joined, transitions, exits):
+def analyze(steps, end, joined, transitions, exits, names=None):
     """steps: [(what, begin)] of one container, in order; end: when the watcher left it;
     joined: when it joined (None: never); transitions: [(t, 0|1)]; exits: runtime exits, sorted
-    (all of the cell's). → [Sample], one per step."""
+    (all of the cell's); names: {exit time: "runc 1234"} for the timelines. → [Sample], one per
+    step."""
+    names = names or {}
     out = []
     for i, (what, begin) in enumerate(steps):
         stop = steps[i + 1][1] if i + 1 < len(steps) else end
@@ -88,7 +90,7 @@ def analyze(steps, end, joined, transitions, exits):
         else:
             t_e = runtime_exit(exits, begin, r, w)
             timeline = sorted([("step", begin), ("denied", r), ("back", w)] +
-                              [("exit", t) for t in exits if begin <= t <= w], key=lambda lt: lt[1])
+                              [("exit " + names.get(t, ""), t) for t in exits if begin <= t <= w], key=lambda lt: lt[1])
             out.append(Sample(what, "before exit", w - r, timeline) if t_e is None else
                        Sample(what, "exit", w - t_e, timeline))
     return out
