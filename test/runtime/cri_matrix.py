@@ -247,6 +247,11 @@ def print_view(st):
               fmt_ms(pct(exits, 50)), fmt_ms(pct(exits, 99)), fmt_ms(exits[-1] if exits else None), len(exits),
               " [" + by_step + "]" if by_step else "", v.count("undenied"), v.count("before exit"),
               v.count("not whole"), v.count("unmeasured"), "-" if v.round_us() is None else "%.0f" % v.round_us()))
+    daemon = v.daemon_part()
+    if daemon:
+        print("    of which the daemon's part (v2: the runtime's exit → its BPF_PROG_ATTACH, as the kernel saw it; "
+              "p50/p99/max ms, n): %s/%s/%s (%d); the rest is the tenant's wait for a CPU" % (
+                  fmt_ms(pct(daemon, 50)), fmt_ms(pct(daemon, 99)), fmt_ms(daemon[-1]), len(daemon)))
     denials = v.of("denial")
     if denials or any(s.what in ("set-property", "reload") for s in v.samples):
         print("    systemd's re-applies (set-property, daemon-reload): denied %d times, back after (p50/p99 ms) %s/%s" % (

@@ -16,6 +16,7 @@ class TenantView:
         self.exits = exits  # a started RuntimeExits
         self.seen_exits = []
         self.exit_names = {}
+        self.seen_grants = []
         self.steps = []
         self.samples = []  # whole_timing.Sample, every container's
         self.errors = []
@@ -35,7 +36,8 @@ class TenantView:
             return
         answer = self.watch.leave()
         end = time.monotonic()
-        for t, comm, pid in self.exits.take():
+        grants = []
+        for t, comm, pid in self.exits.take(grants):
             self.seen_exits.append(t)
             self.exit_names[t] = "%s:%d" % (comm, pid)
         if answer["error"]:
@@ -45,11 +47,14 @@ class TenantView:
             self.polls += answer["polls"]
             self.joined_seconds += end - joined
         transitions = [(t, s) for t, s in answer["transitions"]]
-        self.samples += whole_timing.analyze(self.steps, end, joined, transitions, self.seen_exits, self.exit_names)
+        self.seen_grants += grants
+        self.samples += whole_timing.analyze(self.steps, end, joined, transitions, self.seen_exits, self.exit_names,
+                                             sorted(self.seen_grants))
         self.steps = []
         # Exits older than the next container's steps can no longer count.
         self.seen_exits = []
         self.exit_names = {}
+        self.seen_grants = []
 
     def close(self):
         self.watch.close()
@@ -58,6 +63,10 @@ class TenantView:
 
     def of(self, kind, what=None):
         return sorted(s.seconds for s in self.samples if s.kind == kind and (what is None or s.what == what))
+
+    def daemon_part(self):
+        """v2: the runtime's exit → the daemon's attach, sorted."""
+        return sorted(s.daemon for s in self.samples if s.kind == "exit" and s.daemon is not None)
 
     def count(self, kind):
         return sum(1 for s in self.samples if s.kind == kind)

@@ -26,8 +26,9 @@ SYSTEMD_STEPS = ("set-property", "reload")
 
 
 class Sample:
-    def __init__(self, what, kind, seconds=None, timeline=None):
+    def __init__(self, what, kind, seconds=None, timeline=None, daemon=None):
         self.what, self.kind, self.seconds = what, kind, seconds
+        self.daemon = daemon  # v2: the runtime's exit → the daemon's first attach after it
         # For a slow one: [(label, t)] from the step's begin (the denial, the exits, the GPU back).
         self.timeline = timeline or []
 
@@ -66,11 +67,11 @@ def runtime_exit(exits, begin, r, w):
     return before[-1] if before else None
 
 
-def analyze(steps, end, joined, transitions, exits, names=None):
+def analyze(steps, end, joined, transitions, exits, names=None, grants=()):
     """steps: [(what, begin)] of one container, in order; end: when the watcher left it;
     joined: when it joined (None: never); transitions: [(t, 0|1)]; exits: runtime exits, sorted
-    (all of the cell's); names: {exit time: "runc 1234"} for the timelines. → [Sample], one per
-    step."""
+    (all of the cell's); names: {exit time: "runc 1234"} for the timelines; grants: the
+    daemon's attaches (v2), sorted. → [Sample], one per step."""
     names = names or {}
     out = []
     for i, (what, begin) in enumerate(steps):
@@ -89,10 +90,11 @@ def analyze(steps, end, joined, transitions, exits, names=None):
             out.append(Sample(what, "denial", w - r))
         else:
             t_e = runtime_exit(exits, begin, r, w)
-            timeline = sorted([("step", begin), ("denied", r), ("back", w)] +
+            grant = next((g for g in grants if t_e is not None and t_e <= g <= w), None)
+            timeline = sorted([("step", begin), ("denied", r), ("back", w)] + ([("grant", grant)] if grant else []) +
                               [("exit " + names.get(t, ""), t) for t in exits if begin <= t <= w], key=lambda lt: lt[1])
             out.append(Sample(what, "before exit", w - r, timeline) if t_e is None else
-                       Sample(what, "exit", w - t_e, timeline))
+                       Sample(what, "exit", w - t_e, timeline, None if grant is None else grant - t_e))
     return out
 
 
@@ -136,7 +138,26 @@ def self_test():
     expect("first exit after the denial",
            analyze([("update", 1.0)], 2.0, 0.5, [(0.5, 1), (1.1, 0), (1.3, 1)], [1.05, 1.2, 1.25]),
            [("update", "exit", 0.1)])
+    # v2: the daemon's attach between the exit and the tenant's look splits the time.
+    got = analyze([("update", 1.0)], 2.0, 0.5, [(0.5, 1), (1.1, 0), (1.3, 1)], [1.2], grants=[1.15, 1.25])
+    if [round(s.daemon, 6) for s in got] != [0.05]:
+        failures.append("daemon's part: got %s" % [s.daemon for s in got])
     expect("never joined", analyze([("start", 1.0)], 2.0, None, [], [1.2]), [("start", "unmeasured", None)])
+    # The exits that count: invocations that exec'd the runtime, by thread group; not crun's
+    # forked helpers (its name, no exec), nor a thread's exit before its group's.
+    from runtime_exits import parse
+    trace = "\n".join([
+        "  crun-900 (  900) [001] ..... 10.000100: sched_process_exec: filename=/usr/bin/crun pid=900 old_pid=900",
+        "  crun-902 (  902) [001] ..... 10.000200: sched_process_exit: comm=crun pid=902 prio=120 group_dead=true",
+        "  runc-910 (  910) [000] ..... 10.000300: sched_process_exec: filename=/usr/sbin/runc pid=910 old_pid=910",
+        "  runc-913 (  910) [000] ..... 10.000400: sched_process_exit: comm=runc pid=913 prio=120 group_dead=false",
+        "  runc-914 (  910) [000] ..... 10.000500: sched_process_exit: comm=runc pid=914 prio=120 group_dead=true",
+        "  crun-900 (  900) [001] ..... 10.000600: sched_process_exit: comm=crun pid=900 prio=120 group_dead=true",
+    ])
+    execed = set()
+    got = parse(trace, execed)
+    if got != [(10.0005, "runc", 910), (10.0006, "crun", 900)] or execed:
+        failures.append("runtime exits: got %s, left %s" % (got, execed))
     for f in failures:
         print("FAIL: " + f)
     print("whole_timing self-test: %d failures" % len(failures))
