@@ -57,6 +57,7 @@ const ConfigKey kKeys[] = {
     key("conditions.grace", &C::conditions, &C::Conditions::grace, cv::Period{D{0}, D{3600000}}),
     key("conditions.readiness_gate", &C::conditions, &C::Conditions::readiness_gate, cv::Flag{}),
     key("conditions.resync", &C::conditions, &C::Conditions::resync, cv::Period{D{1000}, D{86400000}}),
+    key("daemon.event_loop_fifo_priority", &C::daemon, &C::Daemon::event_loop_fifo_priority, cv::ZeroOrCount{1, 99}),
     key("daemon.event_loop_slice_us", &C::daemon, &C::Daemon::event_loop_slice_us,
         cv::ZeroOrCount{100, 100000}),  // EEVDF clamps a slice to 100 us .. 100 ms; 0: its default
     key("daemon.program_query_interval", &C::daemon, &C::Daemon::program_query_interval, cv::Period{D{100}, D{3600000}}),

@@ -131,6 +131,9 @@ struct Config {
     // The event loop thread's scheduler slice in microseconds (watch/loop_slice.h), so that
     // a repair's wake-up preempts the re-applier still writing; 0: the kernel's default.
     std::uint32_t event_loop_slice_us = 100;
+    // 1-99: the event loop thread runs under SCHED_FIFO at that priority (watch/loop_slice.h):
+    // its wake-ups no longer wait behind busy fair tasks; 0: it stays a fair task.
+    std::uint32_t event_loop_fifo_priority = 0;
     bool operator==(const Daemon&) const = default;
   } daemon;
 

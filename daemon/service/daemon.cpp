@@ -120,7 +120,7 @@ int Daemon::run() {
     log::error("cannot start: " + s.error().message);
     return 1;
   }
-  apply_loop_slice();  // on the loop's own thread, which runs it from here
+  apply_loop_scheduling();  // on the loop's own thread, which runs it from here
   // A storm's repairs log one line each: written in batches, off the loop.
   if (!log::write_in_batches(kLogHold)) log::warn("log lines are written by the event loop: no writer thread");
   int code = loop_->run();
@@ -130,7 +130,25 @@ int Daemon::run() {
   return code;
 }
 
-void Daemon::apply_loop_slice() {
+void Daemon::apply_loop_scheduling() {
+  if (const auto fifo = static_cast<int>(config_.daemon.event_loop_fifo_priority); fifo > 0) {
+    auto fifo_set = request_loop_fifo(fifo);
+    if (fifo_set) {
+      loop_fifo_ = true;
+      log::info("event loop: SCHED_FIFO priority " + std::to_string(fifo) +
+                ", so a repair's wake-up preempts every fair task (the other threads stay fair)");
+      return;
+    }
+    log::warn("event loop: SCHED_FIFO priority " + std::to_string(fifo) + " refused (" + fifo_set.error().message +
+              "; needs CAP_SYS_NICE or LimitRTPRIO=, and no RestrictRealtime=): it stays a fair task");
+  }
+  if (loop_fifo_) {
+    if (auto s = request_loop_fair(); !s) {
+      log::warn("event loop: stays under SCHED_FIFO: " + s.error().message);
+      return;
+    }
+    loop_fifo_ = false;
+  }
   const std::chrono::microseconds asked(config_.daemon.event_loop_slice_us);
   auto slice = request_loop_slice(asked);
   if (!slice) {
@@ -251,9 +269,10 @@ void Daemon::reload_config() {
   heartbeat_.beat(Clock::now());
   arm_timer(heartbeat_timer_, heartbeat_.stale_after() / 4, "heartbeat", DaemonMetrics(metrics_));  // the new pace
   const bool same_node = same_node_inputs(config_, *fresh);
-  const bool slice_changed = fresh->daemon.event_loop_slice_us != config_.daemon.event_loop_slice_us;
+  const bool scheduling_changed = fresh->daemon.event_loop_slice_us != config_.daemon.event_loop_slice_us ||
+                                  fresh->daemon.event_loop_fifo_priority != config_.daemon.event_loop_fifo_priority;
   config_ = *fresh;
-  if (slice_changed) apply_loop_slice();
+  if (scheduling_changed) apply_loop_scheduling();
   // Start over from the new configuration: paths may have changed.
   if (!same_node) {
     if (auto s = start_node(); !s) log::error("SIGHUP: " + s.error().message);

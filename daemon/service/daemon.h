@@ -45,9 +45,9 @@ class Daemon {
   // The periodic resync, and the heartbeat /healthz reads (a top-priority timer records
   // each turn of the loop).
   Status start_timers();
-  // The event loop thread's scheduler slice (daemon.event_loop_slice_us), logged once per
-  // start or reload.
-  void apply_loop_slice();
+  // The event loop thread's scheduling (daemon.event_loop_fifo_priority, else
+  // daemon.event_loop_slice_us), logged once per start or reload.
+  void apply_loop_scheduling();
   // The node's inputs, its container fleet and its health checks, made anew from config_.
   Status start_node();
   void reload_config();
@@ -76,6 +76,7 @@ class Daemon {
   std::unique_ptr<NodeHealthMonitor> health_;      // refers to inputs_, fleet_, nvml_
   std::unique_ptr<kube::KubeReporting> kube_;      // last: its workers stop first
   bool ready_notified_ = false;  // READY=1 sent
+  bool loop_fifo_ = false;       // the loop thread runs under the SCHED_FIFO this daemon asked for
 };
 
 int run_daemon(const std::string& config_path);

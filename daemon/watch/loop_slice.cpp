@@ -83,4 +83,29 @@ Result<std::uint64_t> request_loop_slice(std::chrono::microseconds slice) {
   return after->sched_runtime;
 }
 
+namespace {
+
+// The calling thread under `policy` at `priority`, nice as it is.
+Status set_policy(std::uint32_t policy, std::uint64_t flags, std::uint32_t priority, const char* name) {
+  auto attr = get_attr();
+  if (!attr) return attr.error();
+  KernelSchedAttr set = *attr;
+  set.size = sizeof set;
+  set.sched_policy = policy;
+  set.sched_flags = flags;
+  set.sched_priority = priority;
+  set.sched_runtime = set.sched_deadline = set.sched_period = 0;
+  if (::syscall(SYS_sched_setattr, 0, &set, 0) != 0)
+    return errno_error(errno, std::string("sched_setattr(") + name + "): " + std::strerror(errno));
+  return {};
+}
+
+}  // namespace
+
+Status request_loop_fifo(int priority) {
+  return set_policy(SCHED_FIFO, kResetOnFork, static_cast<std::uint32_t>(priority), "SCHED_FIFO");
+}
+
+Status request_loop_fair() { return set_policy(SCHED_OTHER, 0, 0, "SCHED_OTHER"); }
+
 }  // namespace gdw

@@ -41,4 +41,13 @@ Result<ThreadScheduling> read_thread_scheduling();
 // chose).
 Result<std::uint64_t> request_loop_slice(std::chrono::microseconds slice);
 
+// The calling thread under SCHED_FIFO at `priority` (1-99): its wake-up preempts every fair
+// task at once, however much CPU it used lately (a fair thread that has used more than its
+// share waits, runnable, behind the others: milliseconds on a busy node, whatever its
+// slice). SCHED_FLAG_RESET_ON_FORK: threads and processes it starts afterwards are fair
+// again. Needs CAP_SYS_NICE or RLIMIT_RTPRIO >= priority.
+Status request_loop_fifo(int priority);
+// Back from SCHED_FIFO to SCHED_OTHER, nice as it is.
+Status request_loop_fair();
+
 }  // namespace gdw
