@@ -370,16 +370,16 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   if (outcome.prepare_next_grant && !prepare_timer_.armed())
     arm_timer(prepare_timer_, kPrepareGrantDelay, "prepare-grant", daemon_metrics_);
   bool target_moved = false;
-  if (!outcome.granted.empty()) {
+  if (create_just_ended) {
+    if (w.is_gpu() && access_->policy_in_programs()) persist(w);  // held back by the resolve above
+  } else if (!outcome.granted.empty()) {
     // The re-apply that revoked may have rewritten the scope's DeviceAllow= too (`runc
     // update` resets it to the spec): its unit files are read again before persisting.
     const auto target_before = w.target_gauge_inputs();
     resolve(w, /*force=*/true);
     target_moved = w.target_gauge_inputs() != target_before;
-    persist(w, outcome.granted);
-  } else if (create_just_ended && w.is_gpu() && access_->policy_in_programs()) {
-    persist(w);
   }
+  if (!outcome.granted.empty()) persist(w, outcome.granted);
   // While `w` misses devices someone else's grant ends the drift: watched only then.
   watches_.watch_restoring_files(w, access_->restoring_rule_files());
   if (!target_moved && w.repair_gauge_inputs() == before) return false;

@@ -56,7 +56,7 @@ import gpu_node as gn  # noqa: E402
 import nspawn_node as nn  # noqa: E402
 import pod_loop  # noqa: E402
 from runtime_exits import RuntimeExits  # noqa: E402
-from tenant_view import TenantView  # noqa: E402
+import tenant_view  # noqa: E402
 
 SKIP = 77
 ALL_CELLS = ("v1-runc,v1-runc-rc93,v1-crun,v2-runc,v2-runc-rc93,v2-crun,v2-systemd-runc,v2-systemd-runc-rc93,"
@@ -180,7 +180,7 @@ def run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, ba
     if extra:
         with open(cfg, "a") as f:
             f.write(extra.replace("\\n", "\n").rstrip("\n") + "\n")
-    view = TenantView([os.path.join(node.dev, n) for n in gn.WANTED], args.exits) if args.exits else None
+    view = tenant_view.TenantView([os.path.join(node.dev, n) for n in gn.WANTED], args.exits) if args.exits else None
     st.view = view
     loop = pod_loop.PodLoop(cri, ctd, node, cgroups, st, handler, mode, v2=v2, updates=args.updates,
                             cpus=args.cpus, systemd=systemd, view=view)
@@ -215,54 +215,17 @@ def run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, ba
     return st
 
 
-def fmt_ms(x):
-    return "-" if x is None else "%.1f" % (x * 1000)
+fmt_ms = tenant_view.ms
 
 
 def count(x):
     return "-" if x is None else "%d" % x
 
 
-def pct(xs, p):
-    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))] if xs else None
-
-
 def from_exit(st):
     """'p50/p99' ms from the runtime's exit to the tenant's GPU back, or '-'."""
     xs = st.view.of("exit") if st.view else []
-    return "%s/%s" % (fmt_ms(pct(xs, 50)), fmt_ms(pct(xs, 99))) if xs else "-"
-
-
-def print_view(st):
-    v = st.view
-    if v is None:
-        return
-    exits = v.of("exit")
-    by_step = ", ".join("%s %s/%s (%d)" % (what, fmt_ms(pct(v.of("exit", what), 50)), fmt_ms(pct(v.of("exit", what), 99)),
-                                          len(v.of("exit", what)))
-                        for what in ("start", "update", "restart") if v.of("exit", what))
-    print("    tenant's view, GPU back after the runtime's exit (p50/p99/max ms, n): %s/%s/%s (%d)%s; "
-          "never denied %d; back before the runtime's exit %d; still denied %d; not watched %d; "
-          "a look every %s µs" % (
-              fmt_ms(pct(exits, 50)), fmt_ms(pct(exits, 99)), fmt_ms(exits[-1] if exits else None), len(exits),
-              " [" + by_step + "]" if by_step else "", v.count("undenied"), v.count("before exit"),
-              v.count("not whole"), v.count("unmeasured"), "-" if v.round_us() is None else "%.0f" % v.round_us()))
-    daemon = v.daemon_part()
-    if daemon:
-        print("    of which the daemon's part (v2: the runtime's exit → its BPF_PROG_ATTACH, as the kernel saw it; "
-              "p50/p99/max ms, n): %s/%s/%s (%d); the rest is the tenant's wait for a CPU" % (
-                  fmt_ms(pct(daemon, 50)), fmt_ms(pct(daemon, 99)), fmt_ms(daemon[-1]), len(daemon)))
-    denials = v.of("denial")
-    if denials or any(s.what in ("set-property", "reload") for s in v.samples):
-        print("    systemd's re-applies (set-property, daemon-reload): denied %d times, back after (p50/p99 ms) %s/%s" % (
-            len(denials), fmt_ms(pct(denials, 50)), fmt_ms(pct(denials, 99))))
-    slow = sorted((s for s in v.samples if s.kind == "exit" and s.seconds > 1e-3), key=lambda s: -s.seconds)
-    for sample in slow[:3]:
-        print("    over 1 ms (ms from the step's call): " + sample.describe())
-    for sample in [s for s in v.samples if s.kind == "before exit"][:3]:
-        print("    back before the runtime's exit (ms from the step's call): " + sample.describe())
-    for e in sorted(set(v.errors))[:3]:
-        print("    watcher: " + e)
+    return tenant_view.p50_p99(xs) if xs else "-"
 
 
 def print_run(st):
@@ -285,7 +248,9 @@ def print_run(st):
                   st.hook_grants, sum(st.hook_failures.values()),
                   "".join(" (%d x %s)" % (n, t) for t, n in sorted(st.hook_failures.items())),
                   count(st.max_programs), count(st.systemd_regrants)))
-    print_view(st)
+    if st.view:
+        for line in st.view.report():
+            print("    " + line)
     for text, n in sorted(st.errors.items(), key=lambda kv: -kv[1]):
         print("    %4d x %s" % (n, text))
 

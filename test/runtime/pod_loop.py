@@ -48,6 +48,11 @@ SHARES = [256, 512, 1024, 2048]
 PROBE = 'for n in "$@"; do echo "$n $( (exec 3<>/gpu/$n) 2>&1 )"; done'
 
 
+def percentile(xs, p):
+    """The p-th percentile of sorted `xs` (nearest rank), or None."""
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))] if xs else None
+
+
 def normalize_error(text):
     text = " ".join(text.split())
     text = re.sub(r"[0-9a-f]{64}", "<id>", text)
@@ -109,10 +114,7 @@ class Stats:
         self.errors[key] = self.errors.get(key, 0) + 1
 
     def percentile(self, p, what=None):
-        xs = sorted(self.latencies if what is None else self.latencies_by.get(what, []))
-        if not xs:
-            return None
-        return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+        return percentile(sorted(self.latencies if what is None else self.latencies_by.get(what, [])), p)
 
 
 class PodLoop:

@@ -7,16 +7,23 @@ runtime exits the kernel recorded: runtime_exits.py)."""
 import time
 
 import whole_timing
+from pod_loop import percentile
 from whole_watch import WholeWatch
+
+
+def ms(x):
+    return "-" if x is None else "%.1f" % (x * 1000)
+
+
+def p50_p99(xs):
+    """'p50/p99' in ms of sorted `xs`."""
+    return "%s/%s" % (ms(percentile(xs, 50)), ms(percentile(xs, 99)))
 
 
 class TenantView:
     def __init__(self, nodes, exits):
         self.watch = WholeWatch(nodes)
         self.exits = exits  # a started RuntimeExits
-        self.seen_exits = []
-        self.exit_names = {}
-        self.seen_grants = []
         self.steps = []
         self.samples = []  # whole_timing.Sample, every container's
         self.errors = []
@@ -36,25 +43,18 @@ class TenantView:
             return
         answer = self.watch.leave()
         end = time.monotonic()
+        # Everything since the last leave: older exits and grants cannot fall in these steps.
         grants = []
-        for t, comm, pid in self.exits.take(grants):
-            self.seen_exits.append(t)
-            self.exit_names[t] = "%s:%d" % (comm, pid)
+        exits = self.exits.take(grants)
         if answer["error"]:
             self.errors.append(answer["error"])
         joined = answer["joined"]
         if joined is not None:
             self.polls += answer["polls"]
             self.joined_seconds += end - joined
-        transitions = [(t, s) for t, s in answer["transitions"]]
-        self.seen_grants += grants
-        self.samples += whole_timing.analyze(self.steps, end, joined, transitions, self.seen_exits, self.exit_names,
-                                             sorted(self.seen_grants))
+        self.samples += whole_timing.analyze(self.steps, end, joined, answer["transitions"], [t for t, _, _ in exits],
+                                             {t: "%s:%d" % (comm, pid) for t, comm, pid in exits}, sorted(grants))
         self.steps = []
-        # Exits older than the next container's steps can no longer count.
-        self.seen_exits = []
-        self.exit_names = {}
-        self.seen_grants = []
 
     def close(self):
         self.watch.close()
@@ -74,3 +74,30 @@ class TenantView:
     def round_us(self):
         """The watcher's mean time between two looks, µs (its resolution)."""
         return 1e6 * self.joined_seconds / self.polls if self.polls else None
+
+    def report(self):
+        """The cell's lines about the tenant's view."""
+        exits = self.of("exit")
+        by_step = ", ".join("%s %s (%d)" % (what, p50_p99(self.of("exit", what)), len(self.of("exit", what)))
+                            for what in ("start", "update", "restart") if self.of("exit", what))
+        lines = ["tenant's view, GPU back after the runtime's exit (p50/p99/max ms, n): %s/%s (%d)%s; never denied %d; "
+                 "back before the runtime's exit %d; still denied %d; not watched %d; a look every %s µs" % (
+                     p50_p99(exits), ms(exits[-1] if exits else None), len(exits),
+                     " [" + by_step + "]" if by_step else "", self.count("undenied"), self.count("before exit"),
+                     self.count("not whole"), self.count("unmeasured"),
+                     "-" if self.round_us() is None else "%.0f" % self.round_us())]
+        daemon = self.daemon_part()
+        if daemon:
+            lines.append("of which the daemon's part (v2: the runtime's exit → its BPF_PROG_ATTACH, as the kernel saw "
+                         "it; p50/p99/max ms, n): %s/%s (%d); the rest is the tenant's wait for a CPU" % (
+                             p50_p99(daemon), ms(daemon[-1]), len(daemon)))
+        denials = self.of("denial")
+        if denials or any(s.what in whole_timing.SYSTEMD_STEPS for s in self.samples):
+            lines.append("systemd's re-applies (set-property, daemon-reload): denied %d times, back after "
+                         "(p50/p99 ms) %s" % (len(denials), p50_p99(denials)))
+        slow = sorted((s for s in self.samples if s.kind == "exit" and s.seconds > 1e-3), key=lambda s: -s.seconds)
+        lines += ["over 1 ms (ms from the step's call): " + s.describe() for s in slow[:3]]
+        lines += ["back before the runtime's exit (ms from the step's call): " + s.describe()
+                  for s in self.samples if s.kind == "before exit"][:3]
+        lines += ["watcher: " + e for e in sorted(set(self.errors))[:3]]
+        return lines
