@@ -240,6 +240,7 @@ static __always_inline int emit_cgroup_event(struct cgroup *cgroup, const char *
   e->header.type = type;
   e->header.reserved = 0;
   e->header.ktime_ns = bpf_ktime_get_ns();
+  fill_process(&e->caller);
   e->hierarchy_id = BPF_CORE_READ(cgroup, root, hierarchy_id);
   e->level = BPF_CORE_READ(cgroup, level);
   e->cgroup_id = BPF_CORE_READ(cgroup, kn, id);

@@ -140,7 +140,10 @@ struct gdw_device_program_event {
 
 struct gdw_cgroup_event {
   struct gdw_event_header header; /* GDW_EVENT_CGROUP_MKDIR or _RMDIR */
-  __u32 hierarchy_id;             /* 0: cgroup v2 */
+  /* Who made or removed it: a runtime that makes a container's cgroup (cgroupfs driver) or
+   * crun's sub-cgroup (systemd driver) is in its apply until it exits. */
+  struct gdw_process caller;
+  __u32 hierarchy_id; /* 0: cgroup v2 */
   __s32 level;
   __u64 cgroup_id;
   char path[GDW_CGROUP_PATH_MAX]; /* NUL-terminated, relative to the hierarchy root */

@@ -112,6 +112,7 @@ struct DeviceProgramEvent {
 
 struct CgroupLifecycleEvent {
   bool created = false;  // mkdir (else rmdir)
+  ProcessInfo caller;    // who made (removed) it
   std::uint32_t hierarchy_id = 0;
   std::uint64_t cgroup_id = 0;
   int level = 0;

@@ -125,6 +125,7 @@ Result<ProbeEvent> decode_cgroup(std::string_view record, bool created) {
   if (!raw) return raw.error();
   CgroupLifecycleEvent event;
   event.created = created;
+  event.caller = to_process_info(raw->caller);
   event.hierarchy_id = raw->hierarchy_id;
   event.cgroup_id = raw->cgroup_id;
   event.level = raw->level;

@@ -74,15 +74,44 @@ bool ApplyWaits::create_pending(WatchedContainer& w) const {
 }
 
 bool ApplyWaits::wait(WatchedContainer& w, const Request& r) {
-  const std::string& dir = w.cgroup.cgroup_dir;
-  auto it = held_.find(dir);
+  const auto it = held_.find(w.cgroup.cgroup_dir);
   if (it == held_.end() && r.writer == 0 && !r.unnamed_write && (w.create_ended || w.create_marker.empty()) &&
       !w.apply_wait.since && Clock::now() >= w.apply_wait.quiet_until)
     return false;  // the common case, decided without a lookup
-  Held& h = it != held_.end() ? it->second : held_[dir];
+  return wait_or_hold(w, r, /*keep=*/true);
+}
+
+bool ApplyWaits::hold(WatchedContainer& w, pid_t writer) {
+  return writer > 0 && wait_or_hold(w, Request{.trigger = Clock::now(), .writer = writer}, /*keep=*/false);
+}
+
+void ApplyWaits::forget(const std::string& dir) {
+  if (auto it = held_.find(dir); it != held_.end()) release(it);
+}
+
+bool ApplyWaits::drop_hold(const std::string& dir) {
+  auto it = held_.find(dir);
+  if (it == held_.end() || it->second.kept) return false;
+  release(it);
+  return true;
+}
+
+void ApplyWaits::release(std::unordered_map<std::string, Held>::iterator it) {
+  Held& h = it->second;
+  released_.push_back({std::move(h.pidfd), std::move(h.exit_source), std::move(h.timer)});
+  held_.erase(it);
+}
+
+bool ApplyWaits::wait_or_hold(WatchedContainer& w, const Request& r, bool keep) {
+  const std::string& dir = w.cgroup.cgroup_dir;
+  Held& h = held_[dir];
   take_writer(h, r.writer);
   ApplyWaitInputs in;
   if (writer_running(h)) in.live_writer = h.pid;
+  if (!keep && !in.live_writer) {  // a hold whose runtime has exited already: nothing to hold
+    if (!h.kept && !h.timer) release(held_.find(dir));  // made just now
+    return false;
+  }
   in.create_pending = create_pending(w);
   in.unnamed_write = r.unnamed_write;
   const auto now = Clock::now();
@@ -90,14 +119,16 @@ bool ApplyWaits::wait(WatchedContainer& w, const Request& r) {
   if (!d.wait) {
     // A create that did not end within the limit is not waited for again.
     if (d.ended == ApplyWaitReason::kLimit && in.create_pending) w.create_ended = true;
-    if (d.ended) ended(w, h, d);
-    released_.push_back({std::move(h.pidfd), std::move(h.exit_source), std::move(h.timer)});
-    held_.erase(dir);
+    // A hold that ends is no wait of a check's: not counted.
+    if (d.ended && (keep || h.kept)) ended(w, h, d);
+    release(held_.find(dir));
     return false;
   }
-  Kept& kept = h.kept ? *h.kept : h.kept.emplace(Kept{r.trigger, std::nullopt});
-  kept.trigger = std::min(kept.trigger, r.trigger);
-  if (r.program_change) kept.program_change = *r.program_change;
+  if (keep) {
+    Kept& kept = h.kept ? *h.kept : h.kept.emplace(Kept{r.trigger, std::nullopt});
+    kept.trigger = std::min(kept.trigger, r.trigger);
+    if (r.program_change) kept.program_change = *r.program_change;
+  }
   if (in.live_writer && !h.exit_source) {
     auto src = loop_.add_io(h.pidfd.get(), EPOLLIN, [this, dir](std::uint32_t) {
       // Readable: the writer has exited. Level-triggered: its source is dropped before the

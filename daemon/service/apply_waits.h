@@ -42,13 +42,22 @@ class ApplyWaits {
   // Whether the check of `w` must wait now; if so, its trigger and cause are kept for the
   // check that follows due().
   bool wait(WatchedContainer& w, const Request& request);
+  // A runtime at work on `w` (it made the container's cgroup or crun's sub-cgroup of it):
+  // checks wait for `writer`'s exit as if it had revoked, though nothing waits yet. Its
+  // exit alone keeps nothing to check (take() finds nothing). Whether it is held.
+  bool hold(WatchedContainer& w, pid_t writer);
   // What a wait that ended kept: the oldest trigger and the latest program change.
   struct Kept {
     Clock::time_point trigger{};
     std::optional<DeviceProgramEvent> program_change;
   };
   std::optional<Kept> take(const std::string& dir);
-  void forget(const std::string& dir) { held_.erase(dir); }
+  // No more waits for `dir`: what it held is let go at release_ended() (a due() may run in
+  // that very wait's callback).
+  void forget(const std::string& dir);
+  // A hold of `dir` that no check waits on is let go (its runtime exited, or the limit
+  // came): whether there was one. Its wait's state is then the caller's to reset.
+  bool drop_hold(const std::string& dir);
   // The probe saw writer `pid` exit (all its threads in do_exit, before its pidfd says so):
   // the waits held for it have ended; their dirs, for the owner to check now.
   std::vector<std::string> writer_exited(pid_t pid);
@@ -81,6 +90,9 @@ class ApplyWaits {
   // `h`'s writer has exited: it is not looked at again, and its pidfd is let go later.
   void writer_gone(Held& h);
   bool create_pending(WatchedContainer& w) const;
+  // wait() and hold(): `keep` keeps the request for the check that follows due().
+  bool wait_or_hold(WatchedContainer& w, const Request& r, bool keep);
+  void release(std::unordered_map<std::string, Held>::iterator it);
   void arm(const std::string& dir, Held& h, Clock::time_point at);
   void ended(const WatchedContainer& w, const Held& h, const ApplyWaitDecision& d);
 

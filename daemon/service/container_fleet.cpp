@@ -191,6 +191,16 @@ void ContainerFleet::on_probe_records() {
 }
 
 void ContainerFleet::act(ProbeBatch batch) {
+  // New cgroups (a faster trigger than inotify, which stays the fallback) first, and who made
+  // each known before any is checked: a runtime that made a container's cgroup or crun's
+  // sub-cgroup of it is waited for, also by the check of a container a new pod's scan finds.
+  std::erase_if(batch.created, [&](const auto& c) { return !access_ || tree_hierarchy_id_ != c.hierarchy_id; });
+  for (const auto& created : batch.created)
+    makers_.emplace(node_.kubepods().hierarchy_root + created.path, created.caller);
+  for (const auto& created : batch.created)
+    dir_created(node_.kubepods().hierarchy_root + created.path, &created.caller);
+  makers_.clear();
+  if (!batch.created.empty()) gauges_changed();  // containers may have come: all counted again
   for (std::uint64_t id : batch.named)
     if (WatchedContainer* w = containers_.by_cgroup_id(id)) repair_.revocation_named(*w);
   // A re-apply repaired leaves every count as it was: no O(N) gauge walk for it.
@@ -204,12 +214,6 @@ void ContainerFleet::act(ProbeBatch batch) {
   }
   if (moved) gauges_moved();
   writers_exited(batch.writers_exited);
-  for (const auto& created : batch.created) {
-    // A faster trigger than inotify for new containers (which stays the fallback).
-    if (access_ && tree_hierarchy_id_ == created.hierarchy_id)
-      dir_created(node_.kubepods().hierarchy_root + created.path);
-  }
-  if (!batch.created.empty()) gauges_changed();  // containers may have come: all counted again
   if (batch.program_loaded) {
     if (!program_sweep_timer_) {
       auto t = loop_.add_timer([this] { sweep_programs(); }, "program-sweep");
@@ -254,6 +258,7 @@ void ContainerFleet::upsert(const DiscoveredContainer& cg, bool check_new) {
   resolve(w, /*force=*/false);
   if (inserted && w.target.kind == TargetKind::kUnidentified && node_.allocations().pod_has_devices(cg.pod.pod_uid))
     schedule_retry(w, kIdentifyRetry[0], Clock::now());
+  if (inserted) hold_for_makers(w);
   // A container seen for the first time is checked at once (seed 001: created without
   // nvidia-uvm in its spec). Its watches exist already, so no later write is missed.
   if (inserted && synced_ && w.is_gpu() && check_new) check(w, Clock::now());

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -105,7 +106,15 @@ class ContainerFleet final : public ContainerLister {
   void prepare_grant(const CheckCause& cause);
   // The probe saw these awaited writers exit: the checks that waited for them, now.
   void writers_exited(const std::vector<pid_t>& pids);
-  void on_apply_wait_due(const std::string& dir);
+  // A wait's timer or writer's pidfd: the probe's waiting records are read first (see .cpp).
+  // By value: the wait's source, whose callback passes `dir`, may be let go meanwhile.
+  void on_apply_wait_due(std::string dir);
+  // A wait for `dir` may have ended: the check it held, now.
+  void check_held(const std::string& dir);
+  // `maker` made the cgroup of `w` or crun's sub-cgroup of it: a runtime is held for.
+  // hold_for_makers(): for what the probe's read in hand (makers_) says made them.
+  void hold_for_runtime(WatchedContainer& w, const ProcessInfo& maker);
+  void hold_for_makers(WatchedContainer& w);
   void schedule_retry(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger);
   void on_retry(const std::string& dir);
   // systemd driver: adds to the scope's DeviceAllow= what it lacks (or, its unit files
@@ -113,7 +122,8 @@ class ContainerFleet final : public ContainerLister {
   void persist(WatchedContainer& w, const std::vector<WantedDevice>& granted = {});
   void on_persisted(const std::string& dir, const std::vector<WantedDevice>& devices, const std::string& unit,
                     const Status& outcome);
-  void dir_created(const std::string& path);
+  // A cgroup made under the tree; `maker`: who made it, when the probe said.
+  void dir_created(const std::string& path, const ProcessInfo* maker = nullptr);
   void tree_dir_removed(const std::string& path);
   void sweep_programs();
   // The gauges are counted once, shortly after a burst that changed what they count:
@@ -149,6 +159,8 @@ class ContainerFleet final : public ContainerLister {
   // The hierarchy id cgroup_mkdir reports for the tree (cgroup2 is 0).
   std::optional<std::uint32_t> tree_hierarchy_id_;
   bool synced_ = false;  // after the first sync, a new GPU container is checked at once
+  // While act() handles a read's new cgroups: who made each (by absolute path).
+  std::unordered_map<std::string, ProcessInfo> makers_;
   double newest_container_start_ = 0;
 
   EventSource watches_source_;

@@ -64,13 +64,15 @@ void ContainerFleet::remove(const std::string& cgroup_dir) {
   containers_.erase(cgroup_dir);
 }
 
-void ContainerFleet::dir_created(const std::string& path) {
+void ContainerFleet::dir_created(const std::string& path, const ProcessInfo* maker) {
   // crun's sub-cgroup of a GPU container (systemd driver), where crun attaches its device
   // program within a millisecond: the probe must name crun as that program's writer, so that
-  // the grant waits for crun's exit. Watched as it appears, from the probe's mkdir record.
+  // the grant waits for crun's exit. Watched as it appears, from the probe's mkdir record,
+  // which names crun too (its attach may come before the watch).
   if (const auto slash = path.rfind('/'); slash != std::string::npos && path.substr(slash + 1) == kCrunSubgroup) {
     if (WatchedContainer* w = containers_.find(path.substr(0, slash)); w && w->is_gpu()) {
       probe_.watch(*w);
+      if (maker) hold_for_runtime(*w, *maker);
       return;
     }
   }

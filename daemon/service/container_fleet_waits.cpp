@@ -1,6 +1,7 @@
 // The container fleet's part in never acting inside a runtime's apply (service/apply_waits.h):
 // what a check's wait goes by, and the check made when a wait ends.
 #include "core/writer_name.h"
+#include "runtime/cgroup_names.h"
 #include "service/container_fleet.h"
 
 namespace gdw {
@@ -47,22 +48,53 @@ void ContainerFleet::prepare_grant(const CheckCause& cause) {
   access_->prepare_grant({change->prog_id, change->flags});
 }
 
+void ContainerFleet::hold_for_runtime(WatchedContainer& w, const ProcessInfo& maker) {
+  // The runtime that makes a container's cgroup (cgroupfs driver) or crun's sub-cgroup of it
+  // (systemd driver) applies the device rules next, maybe before the probe watches the new
+  // directory and names it: its apply ends when it exits. A tenant's own process of that
+  // name that makes a cgroup in its container only delays its own repair, by at most the
+  // limit.
+  if (settings_.mode != Mode::kEnforce || !w.is_gpu() ||
+      !writer_waited_for(recognise_writer({maker.comm, maker.parent_comm, "", maker.pid})))
+    return;
+  if (apply_waits_.hold(w, maker.pid)) probe_.await_writer_exit(maker.pid);
+}
+
+void ContainerFleet::hold_for_makers(WatchedContainer& w) {
+  for (const std::string& dir : {w.cgroup.cgroup_dir, w.cgroup.cgroup_dir + "/" + std::string(kCrunSubgroup)})
+    if (const auto it = makers_.find(dir); it != makers_.end()) hold_for_runtime(w, it->second);
+}
+
 void ContainerFleet::writers_exited(const std::vector<pid_t>& pids) {
   for (pid_t pid : pids)
-    for (const std::string& dir : apply_waits_.writer_exited(pid)) on_apply_wait_due(dir);
+    for (const std::string& dir : apply_waits_.writer_exited(pid)) check_held(dir);
   apply_waits_.release_ended();
 }
 
-void ContainerFleet::on_apply_wait_due(const std::string& dir) {
+void ContainerFleet::on_apply_wait_due(std::string dir) {
+  // The loop may run late (a 2-vCPU node's busy runnable queue): a create's pid file can be
+  // there while the records of the runtime's mkdir and attach still wait. Read them first,
+  // as an inotify event's handler does, so that the runtime is waited for.
+  act(probe_.drain(access_ && access_->policy_in_programs()));
+  probe_.report_record_delays();
+  check_held(dir);
+}
+
+void ContainerFleet::check_held(const std::string& dir) {
   WatchedContainer* w = containers_.find(dir);
   if (!w) {
     apply_waits_.forget(dir);
     return;
   }
   const auto kept = apply_waits_.take(dir);
+  if (!kept) {
+    // Only a hold ended (its runtime exited, or the limit came), or a check ran already.
+    if (apply_waits_.drop_hold(dir)) w->apply_wait.since.reset();
+    return;
+  }
   CheckCause cause;
-  if (kept && kept->program_change) cause.program_change = &*kept->program_change;
-  if (check(*w, kept ? kept->trigger : Clock::now(), cause)) gauges_moved();
+  if (kept->program_change) cause.program_change = &*kept->program_change;
+  if (check(*w, kept->trigger, cause)) gauges_moved();
 }
 
 }  // namespace gdw

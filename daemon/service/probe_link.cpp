@@ -251,7 +251,7 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
         } else if constexpr (std::is_same_v<T, DeniedOpenEvent>) {
           on_denied_open(e);
         } else if constexpr (std::is_same_v<T, CgroupLifecycleEvent>) {
-          if (e.created) batch.created.push_back({e.hierarchy_id, e.path});
+          if (e.created) batch.created.push_back({e.hierarchy_id, e.path, e.caller});
         } else if constexpr (std::is_same_v<T, WriterExitEvent>) {
           batch.writers_exited.push_back(e.pid);
         } else if constexpr (std::is_same_v<T, DeviceProgramEvent>) {

@@ -50,6 +50,7 @@ struct ProbeBatch {
   struct CreatedCgroup {
     std::uint32_t hierarchy_id;
     std::string path;  // relative to that hierarchy's root
+    ProcessInfo caller;
   };
   std::vector<CreatedCgroup> created;
   // Writers awaited (await_writer_exit) whose every thread is in do_exit: their applies ended.

@@ -91,10 +91,18 @@ def analyze(steps, end, joined, transitions, exits, names=None, grants=()):
         else:
             t_e = runtime_exit(exits, begin, r, w)
             grant = next((g for g in grants if t_e is not None and t_e <= g <= w), None)
+            if t_e is None:
+                # Back before any exit: the step's exits and the daemon's grants up to the next
+                # step tell an early grant (a grant, then the exit) from a lost trace record.
+                timeline = sorted([("step", begin), ("denied", r), ("back", w)] +
+                                  [("grant", g) for g in grants if begin <= g < stop] +
+                                  [("exit " + names.get(t, ""), t) for t in exits if begin <= t < stop],
+                                  key=lambda lt: lt[1])
+                out.append(Sample(what, "before exit", w - r, timeline))
+                continue
             timeline = sorted([("step", begin), ("denied", r), ("back", w)] + ([("grant", grant)] if grant else []) +
                               [("exit " + names.get(t, ""), t) for t in exits if begin <= t <= w], key=lambda lt: lt[1])
-            out.append(Sample(what, "before exit", w - r, timeline) if t_e is None else
-                       Sample(what, "exit", w - t_e, timeline, None if grant is None else grant - t_e))
+            out.append(Sample(what, "exit", w - t_e, timeline, None if grant is None else grant - t_e))
     return out
 
 
@@ -122,6 +130,11 @@ def self_test():
     expect("start, granted inside the apply",
            analyze([("start", 1.0)], 2.0, 1.001, [(1.001, 1), (1.010, 0), (1.012, 1)], [1.020]),
            [("start", "before exit", 0.002)])
+    # Its timeline shows the grant, and the exit after the return, up to the next step.
+    got = analyze([("start", 1.0), ("update", 2.0)], 3.0, 1.001, [(1.001, 1), (1.010, 0), (1.012, 1)], [1.020, 2.5],
+                  {1.020: "crun:7"}, grants=[1.011, 2.6])
+    if [lt[0] for lt in got[0].timeline] != ["step", "denied", "grant", "back", "exit crun:7"]:
+        failures.append("an early grant's timeline: got %s" % got[0].timeline)
     # An update that does not touch devices, then one that does (crun re-attaches), then a
     # restart's window that ends still denied.
     expect("updates",

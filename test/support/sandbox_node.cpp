@@ -125,7 +125,9 @@ SandboxNode::SandboxNode(const Options& options)
   write_checkpoint();
 }
 
-SandboxNode::~SandboxNode() = default;
+SandboxNode::~SandboxNode() {
+  for (const auto& c : containers_) finish_runtime(c);  // before the cgroups go
+}
 
 std::string SandboxNode::gpu_uuid(int index) const {
   char uuid[64];
@@ -169,7 +171,7 @@ std::vector<std::string> SandboxNode::spec_allow_rules() {
           "c 1:5 rwm", "c 1:9 rwm", "c 5:1 rwm", "c 136:* rwm", "c 5:2 rwm", "c 10:200 rwm"};
 }
 
-const SandboxContainer& SandboxNode::add_container(SandboxContainerSpec spec) {
+SandboxContainer SandboxNode::new_container(SandboxContainerSpec spec) {
   SandboxContainer c;
   if (spec.pod_uid.empty()) spec.pod_uid = random_uuid();
   if (spec.pod_name.empty()) spec.pod_name = "pod-" + spec.pod_uid.substr(0, 5);
@@ -190,6 +192,12 @@ const SandboxContainer& SandboxNode::add_container(SandboxContainerSpec spec) {
                       : "run/containerd/io.containerd.runtime.v2.task/k8s.io/" + c.id + "/config.json",
                  bundle_json(c));
   }
+  return c;
+}
+
+const SandboxContainer& SandboxNode::add_container(SandboxContainerSpec spec) {
+  SandboxContainer c = new_container(std::move(spec));
+  const bool crio = c.spec.runtime == RuntimeKind::kCrio;
   c.cgroup_dir = cgroups_.make(c.cgroup_rel);
   // Container creation as runc does it, then the NVIDIA hook's out-of-band grants.
   std::vector<std::string> hook_rules;
@@ -236,6 +244,7 @@ const SandboxContainer& SandboxNode::add_container(SandboxContainerSpec spec) {
 }
 
 void SandboxNode::remove_container(const SandboxContainer& c) {
+  finish_runtime(c);
   cgroups_.remove(c.cgroup_rel);
   remove_tree(files_.path() + "/run/containerd/io.containerd.runtime.v2.task/k8s.io/" + c.id);
   remove_tree(crio_state_dir() + "/" + c.id);
@@ -384,7 +393,7 @@ std::string SandboxNode::write_config(const std::string& extra, const std::strin
 }
 
 int SandboxNode::open_errno(const SandboxContainer& c, const std::string& node_name) {
-  return cgroups_.open_errno(c.cgroup_rel, node_path(node_name));
+  return cgroups_.open_errno(c.process_rel.empty() ? c.cgroup_rel : c.process_rel, node_path(node_name));
 }
 
 }  // namespace gdw::test

@@ -78,6 +78,10 @@ struct SandboxContainer {
   std::string cgroup_rel;  // relative to the sandbox parent
   std::string cgroup_dir;  // absolute
   pid_t sleeper = -1;
+  std::string process_rel;  // where its processes are, when not cgroup_rel (crun's sub-cgroup)
+  // add_container_in_create(): the runtime, until finish_runtime(), and what ends it.
+  pid_t runtime = -1;
+  int runtime_hold = -1;
 };
 
 // The text of a kubelet checkpoint that allocates one `nvidia.com/gpu` (`gpu_uuid`, the
@@ -111,6 +115,15 @@ class SandboxNode {
   static std::string v2_unavailable_reason();
 
   const SandboxContainer& add_container(SandboxContainerSpec spec);
+  // A container whose runtime's create has not ended: a child process calling itself
+  // `comm` (runc, crun) makes its cgroup (`crun_subgroup`: the cgroup is made first, as
+  // systemd makes a scope, and the child makes crun's `container` sub-cgroup of it), applies
+  // the spec's device rules there (v1: deny all, then the spec; v2: a program allowing the
+  // spec) and writes the pid file; then it lives on, its apply not ended, until
+  // finish_runtime(). The GPU is not in the spec: only the daemon grants it.
+  const SandboxContainer& add_container_in_create(SandboxContainerSpec spec, const char* comm, bool crun_subgroup);
+  // The runtime of add_container_in_create() exits (and is waited for); no-op otherwise.
+  void finish_runtime(const SandboxContainer& c);
   // Kills the container's process and removes its cgroup and bundle (checkpoint untouched).
   void remove_container(const SandboxContainer& c);
   // (Re)writes the checkpoint atomically (temp file + rename), as kubelet does.
@@ -161,6 +174,10 @@ class SandboxNode {
 
  private:
   std::string bundle_json(const SandboxContainer& c) const;
+  // Its id and cgroup names, and its bundle written (with_bundle): no cgroup yet.
+  SandboxContainer new_container(SandboxContainerSpec spec);
+  // In the runtime's child process: its cgroup `rel` made, the spec applied, `pid_file` written.
+  bool apply_as_runtime(const std::string& rel, const std::string& pid_file);
 
   Options options_;
   TempDir files_{"gdw-node"};

@@ -1,0 +1,89 @@
+// Never fight the runtime, when the daemon reads late. A runtime (a process calling itself
+// runc or crun) makes a GPU container's cgroup, or crun's `container` sub-cgroup of a scope
+// someone else made, applies its device rules there and writes its pid file, all while the
+// daemon is stopped (SIGSTOP: a busy node's event loop that has not run for milliseconds,
+// seen in the CRI matrix on 2 vCPUs); then the runtime lives on, its create not ended. The
+// daemon, resumed, finds the pid file written and the cgroup's device program attached
+// before it could watch the cgroup: only the probe's record of the mkdir names the runtime.
+// Its grant must wait until the runtime exits, then come at once.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+#include "support/daemon_harness.h"
+#include "support/sandbox_node.h"
+
+namespace gdw::test {
+namespace {
+
+struct Case {
+  bool v2;
+  const char* runtime;  // its comm
+  bool crun_subgroup;   // the systemd driver's crun: the scope is made first, then crun's sub-cgroup
+};
+std::string name_of(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(info.param.v2 ? "V2" : "V1") + (info.param.runtime[0] == 'r' ? "Runc" : "Crun") +
+         (info.param.crun_subgroup ? "SubCgroup" : "");
+}
+
+class RuntimeReadLate : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidFileCameFirst) {
+  const auto [v2, runtime, crun_subgroup] = GetParam();
+  if (::geteuid() != 0 || !SandboxNode::available(v2) || (v2 && !SandboxNode::v2_unavailable_reason().empty()))
+    GTEST_SKIP() << "needs root and the cgroup " << (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
+  SandboxNode::Options options;
+  options.v2 = v2;
+  options.systemd_naming = crun_subgroup;
+  options.tag = "late";
+  SandboxNode node(options);
+  const std::string pod_uid = random_uuid();
+  node.allocate(pod_uid, "cuda", {node.gpu_uuid(0)});
+  node.write_checkpoint();
+  DaemonHarness daemon(node);
+  ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
+
+  const pid_t daemon_pid = daemon.process().pid();
+  ASSERT_EQ(::kill(daemon_pid, SIGSTOP), 0);
+  SandboxContainerSpec spec;
+  spec.pod_uid = pod_uid;
+  spec.container_name = "cuda";
+  spec.device_ids = {node.gpu_uuid(0)};
+  spec.in_checkpoint = false;  // allocated above, as kubelet does before the create
+  const SandboxContainer* made = nullptr;
+  try {
+    made = &node.add_container_in_create(spec, runtime, crun_subgroup);
+  } catch (const std::exception& e) {
+    ::kill(daemon_pid, SIGCONT);
+    FAIL() << e.what();
+  }
+  const SandboxContainer& c = *made;
+  ASSERT_EQ(::kill(daemon_pid, SIGCONT), 0);
+
+  // The runtime's create has not ended: nothing is granted, however long it lasts.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+  int looks = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM)
+        << "granted inside the runtime's apply (look " << looks << ")\n" << daemon.output() << daemon.metrics();
+    ++looks;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  node.finish_runtime(c);
+  EXPECT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << "not granted once the runtime exited\n"
+                                                            << daemon.output();
+  EXPECT_EQ(node.open_errno(c, "nvidia1"), EPERM) << "not allocated: never granted";
+  EXPECT_GE(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "writer_exit"}}), 1) << daemon.metrics();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Runtimes, RuntimeReadLate,
+                         ::testing::Values(Case{true, "crun", true}, Case{true, "crun", false},
+                                           Case{true, "runc", false}, Case{false, "runc", false}),
+                         name_of);
+
+}  // namespace
+}  // namespace gdw::test
