@@ -8,11 +8,16 @@
 
 #include <cerrno>
 
+#include "core/writer_name.h"
 #include "log/log.h"
+#include "runtime/create_runtime.h"
 #include "service/arm_timer.h"
 
 namespace gdw {
 namespace {
+
+// The processes the probe names: the node's own /proc, whatever root the rest is read under.
+constexpr const char* kLiveProcRoot = "/proc";
 
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
@@ -63,14 +68,17 @@ void ApplyWaits::release_ended() {
   ended_.clear();
 }
 
-bool ApplyWaits::create_pending(WatchedContainer& w) const {
+bool ApplyWaits::create_pending(WatchedContainer& w, Held& h) {
   if (w.create_ended || w.create_marker.empty()) return false;
   struct stat st{};
-  if (::stat(w.create_marker.c_str(), &st) == 0) {
-    w.create_ended = true;  // the pid file stays while the container lives: one stat until seen
-    return false;
-  }
-  return true;
+  if (::stat(w.create_marker.c_str(), &st) != 0) return true;
+  w.create_ended = true;  // the pid file stays while the container lives: one stat until seen
+  // Written before the runtime exits: while its first process's parent is still a runtime,
+  // that create is waited for (runtime/create_runtime.h), whether or not the probe saw it.
+  if (const auto runtime = read_create_runtime(w.create_marker, kLiveProcRoot);
+      runtime && writer_waited_for(recognise_writer({runtime->comm, "", "", runtime->pid})))
+    take_writer(h, runtime->pid);
+  return false;
 }
 
 bool ApplyWaits::wait(WatchedContainer& w, const Request& r) {
@@ -106,13 +114,14 @@ bool ApplyWaits::wait_or_hold(WatchedContainer& w, const Request& r, bool keep) 
   const std::string& dir = w.cgroup.cgroup_dir;
   Held& h = held_[dir];
   take_writer(h, r.writer);
+  const bool creating = create_pending(w, h);  // may name the create's runtime
   ApplyWaitInputs in;
   if (writer_running(h)) in.live_writer = h.pid;
   if (!keep && !in.live_writer) {  // a hold whose runtime has exited already: nothing to hold
     if (!h.kept && !h.timer) release(held_.find(dir));  // made just now
     return false;
   }
-  in.create_pending = create_pending(w);
+  in.create_pending = creating;
   in.unnamed_write = r.unnamed_write;
   const auto now = Clock::now();
   const ApplyWaitDecision d = decide_apply_wait(w.apply_wait, in, r.trigger, now, settings_);

@@ -1,11 +1,12 @@
 // The container fleet's waits for a runtime's apply to end before a check may grant
 // (core/apply_wait.h decides). This part looks up what a decision needs, on the event loop
 // and bounded: whether the revoking writer still runs (a pidfd, opened once per writer),
-// whether the runtime's create has ended (its pid file, one stat until seen); and it arms
-// what ends a
-// wait: the writer's pidfd turning readable at its exit, or a timer (the quiet period, the
-// next look for the pid file, the limit). When a wait may have ended it tells its owner
-// through `due(dir)`; the owner checks the container again, which asks wait() again.
+// whether the runtime's create has ended (its pid file, one stat until seen, and then the
+// runtime that wrote it, while it runs); and it arms what ends a wait: the writer's pidfd
+// turning readable at its exit, or a timer (the quiet period, the next look for the pid
+// file, the limit). When a wait may have ended it tells its owner through `due(dir)`; the
+// owner checks the container again, which asks wait() again. A hold (hold()) waits the
+// same way for a runtime that made the container's cgroup, before anything is revoked.
 #pragma once
 
 #include <sys/types.h>
@@ -89,7 +90,9 @@ class ApplyWaits {
   bool writer_running(Held& h);
   // `h`'s writer has exited: it is not looked at again, and its pidfd is let go later.
   void writer_gone(Held& h);
-  bool create_pending(WatchedContainer& w) const;
+  // Whether the create has not ended (its pid file not yet written); once written, the
+  // runtime that wrote it, if still running, becomes `h`'s writer.
+  bool create_pending(WatchedContainer& w, Held& h);
   // wait() and hold(): `keep` keeps the request for the check that follows due().
   bool wait_or_hold(WatchedContainer& w, const Request& r, bool keep);
   void release(std::unordered_map<std::string, Held>::iterator it);

@@ -1,11 +1,12 @@
 // Never fight the runtime, when the daemon reads late. A runtime (a process calling itself
-// runc or crun) makes a GPU container's cgroup, or crun's `container` sub-cgroup of a scope
-// someone else made, applies its device rules there and writes its pid file, all while the
+// runc or crun) makes a GPU container's cgroup (cgroupfs driver), or applies in a scope made
+// first (systemd driver), or makes crun's `container` sub-cgroup of it; it applies its device
+// rules there, starts the container's first process and writes its pid file, all while the
 // daemon is stopped (SIGSTOP: a busy node's event loop that has not run for milliseconds,
 // seen in the CRI matrix on 2 vCPUs); then the runtime lives on, its create not ended. The
-// daemon, resumed, finds the pid file written and the cgroup's device program attached
-// before it could watch the cgroup: only the probe's record of the mkdir names the runtime.
-// Its grant must wait until the runtime exits, then come at once.
+// daemon, resumed, finds the pid file written and the device rules applied before it could
+// watch the cgroup: only the probe's record of the mkdir, or the first process's parent,
+// names the runtime. Its grant must wait until the runtime exits, then come at once.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -19,25 +20,28 @@
 namespace gdw::test {
 namespace {
 
+using Shape = SandboxNode::CreateShape;
 struct Case {
   bool v2;
   const char* runtime;  // its comm
-  bool crun_subgroup;   // the systemd driver's crun: the scope is made first, then crun's sub-cgroup
+  Shape shape;
 };
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
   return std::string(info.param.v2 ? "V2" : "V1") + (info.param.runtime[0] == 'r' ? "Runc" : "Crun") +
-         (info.param.crun_subgroup ? "SubCgroup" : "");
+         (info.param.shape == Shape::kSystemdScope   ? "InSystemdScope"
+          : info.param.shape == Shape::kCrunSubgroup ? "SubCgroup"
+                                                     : "");
 }
 
 class RuntimeReadLate : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidFileCameFirst) {
-  const auto [v2, runtime, crun_subgroup] = GetParam();
+  const auto [v2, runtime, shape] = GetParam();
   if (::geteuid() != 0 || !SandboxNode::available(v2) || (v2 && !SandboxNode::v2_unavailable_reason().empty()))
     GTEST_SKIP() << "needs root and the cgroup " << (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
   SandboxNode::Options options;
   options.v2 = v2;
-  options.systemd_naming = crun_subgroup;
+  options.systemd_naming = shape != Shape::kRuntimeMakesCgroup;
   options.tag = "late";
   SandboxNode node(options);
   const std::string pod_uid = random_uuid();
@@ -55,7 +59,7 @@ TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidF
   spec.in_checkpoint = false;  // allocated above, as kubelet does before the create
   const SandboxContainer* made = nullptr;
   try {
-    made = &node.add_container_in_create(spec, runtime, crun_subgroup);
+    made = &node.add_container_in_create(spec, runtime, shape);
   } catch (const std::exception& e) {
     ::kill(daemon_pid, SIGCONT);
     FAIL() << e.what();
@@ -81,8 +85,11 @@ TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidF
 }
 
 INSTANTIATE_TEST_SUITE_P(Runtimes, RuntimeReadLate,
-                         ::testing::Values(Case{true, "crun", true}, Case{true, "crun", false},
-                                           Case{true, "runc", false}, Case{false, "runc", false}),
+                         ::testing::Values(Case{true, "crun", Shape::kCrunSubgroup}, Case{true, "runc", Shape::kSystemdScope},
+                                           Case{true, "crun", Shape::kRuntimeMakesCgroup},
+                                           Case{true, "runc", Shape::kRuntimeMakesCgroup},
+                                           Case{false, "runc", Shape::kRuntimeMakesCgroup},
+                                           Case{false, "runc", Shape::kSystemdScope}),
                          name_of);
 
 }  // namespace

@@ -33,6 +33,8 @@ class CgroupSandbox {
   std::string make(const std::string& rel);
   // Starts a process that sleeps inside <rel>; killed by PID at the end.
   pid_t add_sleeper(const std::string& rel);
+  // A process someone else started inside the sandbox, killed by PID with the sleepers.
+  void adopt_sleeper(pid_t pid) { sleepers_.push_back(pid); }
   void kill_sleeper(pid_t pid);
   // Forks a process, moves it into <rel>, opens `node` there and reports the errno
   // (0 when the open succeeded). This is how tests prove or disprove a grant.

@@ -115,13 +115,19 @@ class SandboxNode {
   static std::string v2_unavailable_reason();
 
   const SandboxContainer& add_container(SandboxContainerSpec spec);
+  // Who makes the cgroup of a container in create, and where the runtime applies.
+  enum class CreateShape {
+    kRuntimeMakesCgroup,  // cgroupfs driver: the runtime makes the cgroup and applies there
+    kSystemdScope,        // systemd driver: the scope is made first (as systemd does), runc applies there
+    kCrunSubgroup,        // systemd driver, crun: the scope first, then crun's `container` sub-cgroup
+  };
   // A container whose runtime's create has not ended: a child process calling itself
-  // `comm` (runc, crun) makes its cgroup (`crun_subgroup`: the cgroup is made first, as
-  // systemd makes a scope, and the child makes crun's `container` sub-cgroup of it), applies
-  // the spec's device rules there (v1: deny all, then the spec; v2: a program allowing the
-  // spec) and writes the pid file; then it lives on, its apply not ended, until
-  // finish_runtime(). The GPU is not in the spec: only the daemon grants it.
-  const SandboxContainer& add_container_in_create(SandboxContainerSpec spec, const char* comm, bool crun_subgroup);
+  // `comm` (runc, crun) makes its cgroup as `shape` says, applies the spec's device rules
+  // (v1: deny all, then the spec; v2: a program allowing the spec), starts the container's
+  // first process there (its child, as runc's init is) and writes that pid in the pid file;
+  // then it lives on, its apply not ended, until finish_runtime(). The GPU is not in the
+  // spec: only the daemon grants it.
+  const SandboxContainer& add_container_in_create(SandboxContainerSpec spec, const char* comm, CreateShape shape);
   // The runtime of add_container_in_create() exits (and is waited for); no-op otherwise.
   void finish_runtime(const SandboxContainer& c);
   // Kills the container's process and removes its cgroup and bundle (checkpoint untouched).
@@ -176,8 +182,9 @@ class SandboxNode {
   std::string bundle_json(const SandboxContainer& c) const;
   // Its id and cgroup names, and its bundle written (with_bundle): no cgroup yet.
   SandboxContainer new_container(SandboxContainerSpec spec);
-  // In the runtime's child process: its cgroup `rel` made, the spec applied, `pid_file` written.
-  bool apply_as_runtime(const std::string& rel, const std::string& pid_file);
+  // In the runtime's child process: `rel` made when `make`, the spec applied there, the
+  // first process started in it and `pid_file` written. Its pid, or -1.
+  pid_t apply_as_runtime(const std::string& rel, bool make, const std::string& pid_file);
 
   Options options_;
   TempDir files_{"gdw-node"};

@@ -24,34 +24,52 @@ bool write_runtime_file(const std::string& path, const std::string& text, int fl
 
 }  // namespace
 
-bool SandboxNode::apply_as_runtime(const std::string& rel, const std::string& pid_file) {
+pid_t SandboxNode::apply_as_runtime(const std::string& rel, bool make, const std::string& pid_file) {
   const std::string dir = cgroups_.path(rel);
-  if (::mkdir(dir.c_str(), 0755) != 0) return false;
+  if (make && ::mkdir(dir.c_str(), 0755) != 0) return -1;
   if (options_.v2) {
     ForeignProgram runtime("", spec_rules());
-    if (runtime.fd < 0 || runtime.attach(dir) != 0) return false;
+    if (runtime.fd < 0 || runtime.attach(dir) != 0) return -1;
   } else {
-    if (!write_runtime_file(dir + "/devices.deny", "a")) return false;
+    if (!write_runtime_file(dir + "/devices.deny", "a")) return -1;
     for (const auto& rule : spec_allow_rules())
-      if (!write_runtime_file(dir + "/devices.allow", rule)) return false;
+      if (!write_runtime_file(dir + "/devices.allow", rule)) return -1;
   }
+  // The container's first process, this runtime's child until it exits (as runc's init is).
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return -1;
+  const pid_t first = ::fork();
+  if (first < 0) return -1;
+  if (first == 0) {
+    ::close(ready[0]);
+    const char in = move_to_cgroup(dir, ::getpid()) == 0 ? 1 : 0;
+    (void)!::write(ready[1], &in, 1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char in = 0;
+  (void)!::read(ready[0], &in, 1);
+  ::close(ready[0]);
+  if (!in) return -1;
   // The pid file, as a runtime writes it once the container's process is set up.
-  return write_runtime_file(pid_file, std::to_string(::getpid()), O_WRONLY | O_CREAT | O_TRUNC);
+  if (!write_runtime_file(pid_file, std::to_string(first), O_WRONLY | O_CREAT | O_TRUNC)) return -1;
+  return first;
 }
 
 const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpec spec, const char* comm,
-                                                             bool crun_subgroup) {
+                                                             CreateShape shape) {
   spec.with_bundle = true;
   SandboxContainer c = new_container(std::move(spec));
   if (c.spec.runtime != RuntimeKind::kContainerd) throw std::runtime_error("a create in progress is containerd's");
-  if (crun_subgroup) {
-    c.cgroup_dir = cgroups_.make(c.cgroup_rel);  // the scope, systemd's
-    c.process_rel = c.cgroup_rel + "/container";
-  } else {
+  if (shape == CreateShape::kRuntimeMakesCgroup) {
     c.cgroup_dir = cgroups_.path(c.cgroup_rel);
     cgroups_.make(c.cgroup_rel.substr(0, c.cgroup_rel.rfind('/')));  // the pod's, kubelet's
+  } else {
+    c.cgroup_dir = cgroups_.make(c.cgroup_rel);  // the scope, systemd's
   }
-  const std::string apply_rel = crun_subgroup ? c.process_rel : c.cgroup_rel;
+  if (shape == CreateShape::kCrunSubgroup) c.process_rel = c.cgroup_rel + "/container";
+  const std::string apply_rel = c.process_rel.empty() ? c.cgroup_rel : c.process_rel;
+  const bool make = shape != CreateShape::kSystemdScope;
   const std::string pid_file = state_dir() + "/" + c.id + "/init.pid";
   int ready[2], hold[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
@@ -62,23 +80,23 @@ const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpe
     ::close(ready[0]);
     ::close(hold[1]);
     ::prctl(PR_SET_NAME, comm);
-    const char ok = apply_as_runtime(apply_rel, pid_file) ? 1 : 0;
-    (void)!::write(ready[1], &ok, 1);
+    const pid_t first = apply_as_runtime(apply_rel, make, pid_file);
+    (void)!::write(ready[1], &first, sizeof first);
     char byte = 0;
     (void)!::read(hold[0], &byte, 1);  // until finish_runtime() (or the test's end)
-    _exit(ok ? 0 : 1);
+    _exit(first > 0 ? 0 : 1);
   }
   ::close(ready[1]);
   ::close(hold[0]);
-  char ok = 0;
-  (void)!::read(ready[0], &ok, 1);
+  pid_t first = -1;
+  if (::read(ready[0], &first, sizeof first) != sizeof first) first = -1;
   ::close(ready[0]);
   c.runtime = pid;
   c.runtime_hold = hold[1];
+  c.sleeper = first;
+  if (first > 0) cgroups_.adopt_sleeper(first);  // killed by PID with the cgroup
   containers_.push_back(c);  // kept before anything throws: removed with the node
-  if (!ok) throw std::runtime_error("the runtime's create of " + apply_rel + " failed");
-  // The container's process, as runc's init is there when the pid file is written.
-  containers_.back().sleeper = cgroups_.add_sleeper(apply_rel);
+  if (first <= 0) throw std::runtime_error("the runtime's create of " + apply_rel + " failed");
   return containers_.back();
 }
 
