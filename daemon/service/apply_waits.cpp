@@ -93,6 +93,15 @@ bool ApplyWaits::hold(WatchedContainer& w, pid_t writer) {
   return writer > 0 && wait_or_hold(w, Request{.trigger = Clock::now(), .writer = writer}, /*keep=*/false);
 }
 
+void ApplyWaits::defer(WatchedContainer& w, Clock::time_point trigger, const DeviceProgramEvent* program_change) {
+  const std::string& dir = w.cgroup.cgroup_dir;
+  Held& h = held_[dir];
+  Kept& kept = h.kept ? *h.kept : h.kept.emplace(Kept{trigger, std::nullopt});
+  kept.trigger = std::min(kept.trigger, trigger);
+  if (program_change) kept.program_change = *program_change;
+  arm(dir, h, Clock::now());
+}
+
 void ApplyWaits::forget(const std::string& dir) {
   if (auto it = held_.find(dir); it != held_.end()) release(it);
 }

@@ -47,6 +47,9 @@ class ApplyWaits {
   // checks wait for `writer`'s exit as if it had revoked, though nothing waits yet. Its
   // exit alone keeps nothing to check (take() finds nothing). Whether it is held.
   bool hold(WatchedContainer& w, pid_t writer);
+  // A check that found probe records unread (RepairStep::deferred) is made again once the
+  // loop has read them: due() at once, its trigger and cause kept.
+  void defer(WatchedContainer& w, Clock::time_point trigger, const DeviceProgramEvent* program_change);
   // What a wait that ended kept: the oldest trigger and the latest program change.
   struct Kept {
     Clock::time_point trigger{};

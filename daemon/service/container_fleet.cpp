@@ -365,8 +365,15 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   const bool create_just_ended = creating && w.create_ended;
   if (create_just_ended) resolve(w, /*force=*/true, /*persist=*/false);
   const auto before = w.repair_gauge_inputs();
-  CheckOutcome outcome = repair_.check(*access_, w, trigger, cause);
+  CheckCause gated = cause;
+  if (settings_.mode == Mode::kEnforce && !cause.after_wait) gated.unread_records_fd = probe_.fd();
+  CheckOutcome outcome = repair_.check(*access_, w, trigger, gated);
   apply_waits_.release_ended();  // what the wait that let this check through held, after its grant
+  if (outcome.deferred) {
+    if (create_just_ended) w.create_ended = false;  // looked at again, with its runtime
+    apply_waits_.defer(w, trigger, cause.program_change);
+    return false;
+  }
   if (outcome.gone) {
     remove(w.cgroup.cgroup_dir);
     return true;

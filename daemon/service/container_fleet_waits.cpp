@@ -92,7 +92,7 @@ void ContainerFleet::check_held(const std::string& dir) {
     if (apply_waits_.drop_hold(dir)) w->apply_wait.since.reset();
     return;
   }
-  CheckCause cause;
+  CheckCause cause{.after_wait = true};
   if (kept->program_change) cause.program_change = &*kept->program_change;
   if (check(*w, kept->trigger, cause)) gauges_moved();
 }

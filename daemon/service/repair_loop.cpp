@@ -35,8 +35,12 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
   w.last_check = now;
   const std::optional<AttachedProgram> attached = attached_program(cause, settings_.mode);
   RepairStep step = repair_once(access, w.repair, w.cgroup.cgroup_dir, w.target.desired, now, settings_,
-                                all_denied_seen, attached ? &*attached : nullptr);
+                                all_denied_seen, attached ? &*attached : nullptr, cause.unread_records_fd);
   const auto done = Clock::now();  // the grant, if any, is written: what follows is reporting
+  if (step.deferred) {
+    out.deferred = true;
+    return out;
+  }
   if (step.gone) {
     out.gone = true;  // removed mid-repair: quietly dropped
     return out;

@@ -32,6 +32,7 @@ struct CheckOutcome {
   // (DeviceAccess::prepare_next_grant): run it after the tenant has had its devices back,
   // not in this dispatch.
   bool prepare_next_grant = false;
+  bool deferred = false;  // RepairStep::deferred: read the probe, then check again
 };
 
 // Who a check names if it finds devices newly missing: a revocation already known, or a
@@ -41,6 +42,10 @@ struct CheckCause {
   const Revocation* revocation = nullptr;
   const DeviceProgramEvent* program_change = nullptr;
   bool program_change_on_subgroup = false;  // made on crun's sub-cgroup of the container
+  // The probe's records, when a look that finds devices missing while some wait unread
+  // defers (RepairStep::deferred); -1: grant on what the look found.
+  int unread_records_fd = -1;
+  bool after_wait = false;  // the check a wait (or a deferral) held, made right after a read
 };
 
 class RepairLoop {

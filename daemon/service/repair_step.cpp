@@ -1,10 +1,22 @@
 #include "service/repair_step.h"
 
+#include <poll.h>
+
 namespace gdw {
+
+namespace {
+
+bool records_waiting(int fd) {
+  if (fd < 0) return false;
+  struct pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
+}  // namespace
 
 RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::string& cgroup_dir,
                        const DesiredDevices& desired, Clock::time_point now, const RepairSettings& settings,
-                       bool all_denied_seen, const AttachedProgram* attached) {
+                       bool all_denied_seen, const AttachedProgram* attached, int unread_records_fd) {
   RepairStep step;
   // Every wanted device was denied by the write the probe saw: nothing to read.
   const bool all_missing = all_denied_seen && !access.policy_in_programs() && settings.mode == Mode::kEnforce;
@@ -17,6 +29,11 @@ RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::stri
     return step;
   }
   state.read_error_reported.reset();
+  const auto& missing = all_missing ? desired.wanted : step.observed->missing;
+  if (!missing.empty() && records_waiting(unread_records_fd)) {
+    step.deferred = true;
+    return step;
+  }
   step.plan = plan_repair(state, all_missing ? desired.wanted : step.observed->missing, now, settings);
   if (step.plan.grant.empty()) return step;
   step.applied = access.grant(cgroup_dir, desired.wanted, step.plan.grant);

@@ -20,6 +20,9 @@ struct RepairStep {
   SettledGrants settled;
   bool gone = false;  // the cgroup vanished (observing or granting)
   bool report_read_error = false;  // the observation failed, first time in a row: log it
+  // Devices were missing while probe records waited unread (`unread_records_fd`): nothing
+  // planned or granted; the owner reads them, then checks again.
+  bool deferred = false;
 };
 
 // `all_denied_seen`: the probe saw every device denied (`a` to devices.deny) since the
@@ -29,8 +32,13 @@ struct RepairStep {
 // container wants is granted, so it ends whole; a deny after the grant is a new event.
 // `attached`: the probe saw that program attached to the container's cgroup since the last
 // check (DeviceAccess::observe_attached).
+// `unread_records_fd`: the probe's records (readable while some wait unread), or -1. A look
+// that finds devices missing while records wait may have seen a runtime's apply that they
+// name (its attach or write is recorded before anyone can see it): the step defers rather
+// than grant inside that apply.
 RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::string& cgroup_dir,
                        const DesiredDevices& desired, Clock::time_point now, const RepairSettings& settings,
-                       bool all_denied_seen = false, const AttachedProgram* attached = nullptr);
+                       bool all_denied_seen = false, const AttachedProgram* attached = nullptr,
+                       int unread_records_fd = -1);
 
 }  // namespace gdw
