@@ -90,7 +90,12 @@ bool ApplyWaits::wait(WatchedContainer& w, const Request& r) {
 }
 
 bool ApplyWaits::hold(WatchedContainer& w, pid_t writer) {
-  return writer > 0 && wait_or_hold(w, Request{.trigger = Clock::now(), .writer = writer}, /*keep=*/false);
+  if (writer <= 0) return false;
+  // Held for it already (a runtime writes a dozen rules in one apply): nothing to look up.
+  if (const auto it = held_.find(w.cgroup.cgroup_dir);
+      it != held_.end() && it->second.pid == writer && it->second.pidfd.valid())
+    return true;
+  return wait_or_hold(w, Request{.trigger = Clock::now(), .writer = writer}, /*keep=*/false);
 }
 
 void ApplyWaits::defer(WatchedContainer& w, Clock::time_point trigger, const DeviceProgramEvent* program_change) {

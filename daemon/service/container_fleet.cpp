@@ -201,6 +201,8 @@ void ContainerFleet::act(ProbeBatch batch) {
     dir_created(node_.kubepods().hierarchy_root + created.path, &created.caller);
   makers_.clear();
   if (!batch.created.empty()) gauges_changed();  // containers may have come: all counted again
+  for (const auto& writer : batch.writers)
+    if (WatchedContainer* w = containers_.by_cgroup_id(writer.cgroup_id)) hold_for_runtime(*w, writer.process);
   for (std::uint64_t id : batch.named)
     if (WatchedContainer* w = containers_.by_cgroup_id(id)) repair_.revocation_named(*w);
   // A re-apply repaired leaves every count as it was: no O(N) gauge walk for it.

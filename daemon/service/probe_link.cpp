@@ -242,6 +242,7 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
         if constexpr (std::is_same_v<T, RuleWriteEvent>) {
           record_read(e.ktime_ns);
           if (WatchedContainer* w = attribution_.rule_write(e)) batch.named.push_back(w->cgroup_id);
+          if (WatchedContainer* w = containers_.by_cgroup_id(e.target_cgroup_id)) note_writer(batch, w->cgroup_id, e.writer);
         } else if constexpr (std::is_same_v<T, RuleWriteResultEvent>) {
           attribution_.rule_write_result(e);
         } else if constexpr (std::is_same_v<T, DeviceProgramLoadEvent>) {
@@ -272,10 +273,19 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
                                         "attaching device program " + std::to_string(e.prog_id),
                                         /*read_exe=*/false))  // not on the reaction's path
             batch.program_loaded = true;
+          note_writer(batch, w->cgroup_id, e.caller);
           batch.program_changes.push_back({w->cgroup_id, std::move(on_container), on_subgroup});
         }
       },
       ev);
+}
+
+void ProbeLink::note_writer(ProbeBatch& batch, std::uint64_t cgroup_id, const ProcessInfo& writer) {
+  // A runtime's apply is a run of records by one process: noted once.
+  if (!batch.writers.empty() && batch.writers.back().cgroup_id == cgroup_id &&
+      batch.writers.back().process.pid == writer.pid)
+    return;
+  batch.writers.push_back({cgroup_id, writer});
 }
 
 void ProbeLink::await_writer_exit(pid_t pid) {

@@ -34,6 +34,14 @@ struct ProbeBatch {
   // The probe named who revoked these containers' devices: a repair log line waiting for
   // it can go out.
   std::vector<std::uint64_t> named;
+  // Who wrote a container's rules or changed its programs, in this read: a runtime among
+  // them is waited for before any check of this read grants (a record of systemd's checked
+  // first must not grant inside the apply of a runc whose record follows).
+  struct Writer {
+    std::uint64_t cgroup_id;
+    ProcessInfo process;
+  };
+  std::vector<Writer> writers;
   // A device program attach/detach by someone else on a GPU container (cgroup v2): check
   // it now, naming whoever made `change` if devices are found newly missing (its
   // target_cgroup_id is the container's, also for a change on crun's sub-cgroup of it).
@@ -56,7 +64,8 @@ struct ProbeBatch {
   // Writers awaited (await_writer_exit) whose every thread is in do_exit: their applies ended.
   std::vector<pid_t> writers_exited;
   bool empty() const {
-    return named.empty() && program_changes.empty() && !program_loaded && created.empty() && writers_exited.empty();
+    return named.empty() && writers.empty() && program_changes.empty() && !program_loaded && created.empty() &&
+           writers_exited.empty();
   }
 };
 
@@ -114,6 +123,7 @@ class ProbeLink {
   // A repair trigger's record (rule write, program change) read now: its delay is noted
   // for report_record_delays().
   void record_read(std::uint64_t ktime_ns);
+  static void note_writer(ProbeBatch& batch, std::uint64_t cgroup_id, const ProcessInfo& writer);
   // Adds what the probe counted in the kernel (denied opens of non-GPU paths) to metrics.
   void collect_other_denied_opens();
 

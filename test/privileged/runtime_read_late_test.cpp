@@ -84,6 +84,67 @@ TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidF
   EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
 }
 
+// A re-apply (runc update, a second start) read late beside another writer's: the runtime
+// re-applies and lives on, and a writer that is no runtime (as systemd's re-apply, repaired
+// at once) re-applies just before or just after it. Read in one go, the other writer's record
+// must not lead to a grant inside the runtime's apply, whichever comes first.
+struct ReapplyCase {
+  bool v2;
+  bool runtime_first;
+};
+class ReapplyReadLate : public ::testing::TestWithParam<ReapplyCase> {};
+
+TEST_P(ReapplyReadLate, AnotherWritersRecordInTheSameReadDoesNotGrantInsideTheRuntimesApply) {
+  const auto [v2, runtime_first] = GetParam();
+  if (::geteuid() != 0 || !SandboxNode::available(v2) || (v2 && !SandboxNode::v2_unavailable_reason().empty()))
+    GTEST_SKIP() << "needs root and the cgroup " << (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
+  SandboxNode::Options options;
+  options.v2 = v2;
+  options.tag = "late-reapply";
+  SandboxNode node(options);
+  SandboxContainerSpec spec;
+  spec.device_ids = {node.gpu_uuid(0)};
+  const SandboxContainer& c = node.add_container(spec);
+  node.write_checkpoint();
+  DaemonHarness daemon(node);
+  ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
+  ASSERT_EQ(node.open_errno(c, "nvidia0"), ENXIO) << "the hook's grant";
+
+  const pid_t daemon_pid = daemon.process().pid();
+  ASSERT_EQ(::kill(daemon_pid, SIGSTOP), 0);
+  pid_t runtime = -1;
+  try {
+    if (!runtime_first) node.reapply_spec(c);
+    runtime = node.start_lingering_reapply(c, "runc");
+    if (runtime_first) node.reapply_spec(c);
+  } catch (const std::exception& e) {
+    ::kill(daemon_pid, SIGCONT);
+    FAIL() << e.what();
+  }
+  ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "the re-applies took the GPU";
+  ASSERT_EQ(::kill(daemon_pid, SIGCONT), 0);
+
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+  for (int looks = 0; std::chrono::steady_clock::now() < until; ++looks) {
+    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM)
+        << "granted inside the runtime's apply (look " << looks << ")\n" << daemon.output() << daemon.metrics();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  node.finish_reapply(runtime);
+  EXPECT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << "not granted once the runtime exited\n"
+                                                            << daemon.output();
+  EXPECT_GE(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "writer_exit"}}), 1) << daemon.metrics();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, ReapplyReadLate,
+                         ::testing::Values(ReapplyCase{true, true}, ReapplyCase{true, false}, ReapplyCase{false, true},
+                                           ReapplyCase{false, false}),
+                         [](const ::testing::TestParamInfo<ReapplyCase>& info) {
+                           return std::string(info.param.v2 ? "V2" : "V1") +
+                                  (info.param.runtime_first ? "RuntimeFirst" : "RuntimeSecond");
+                         });
+
 INSTANTIATE_TEST_SUITE_P(Runtimes, RuntimeReadLate,
                          ::testing::Values(Case{true, "crun", Shape::kCrunSubgroup}, Case{true, "runc", Shape::kSystemdScope},
                                            Case{true, "crun", Shape::kRuntimeMakesCgroup},

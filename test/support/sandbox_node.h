@@ -128,6 +128,11 @@ class SandboxNode {
   // then it lives on, its apply not ended, until finish_runtime(). The GPU is not in the
   // spec: only the daemon grants it.
   const SandboxContainer& add_container_in_create(SandboxContainerSpec spec, const char* comm, CreateShape shape);
+  // A runtime's re-apply of `c` (runc update, a second start: reapply_spec()) from a child
+  // process calling itself `comm`, which then lives on, its apply not ended, until
+  // finish_reapply(pid). Its pid.
+  pid_t start_lingering_reapply(const SandboxContainer& c, const char* comm);
+  void finish_reapply(pid_t pid);
   // The runtime of add_container_in_create() exits (and is waited for); no-op otherwise.
   void finish_runtime(const SandboxContainer& c);
   // Kills the container's process and removes its cgroup and bundle (checkpoint untouched).
@@ -192,6 +197,7 @@ class SandboxNode {
   CgroupSandbox cgroups_;
   std::list<SandboxContainer> containers_;
   std::vector<SandboxContainerSpec> external_allocations_;  // stable references for callers
+  std::map<pid_t, int> lingering_;  // start_lingering_reapply(): pid → what ends it
 };
 
 std::string random_hex(std::size_t n);

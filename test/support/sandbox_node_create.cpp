@@ -100,6 +100,48 @@ const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpe
   return containers_.back();
 }
 
+pid_t SandboxNode::start_lingering_reapply(const SandboxContainer& c, const char* comm) {
+  int ready[2], hold[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(hold, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::close(ready[0]);
+    ::close(hold[1]);
+    ::prctl(PR_SET_NAME, comm);
+    char ok = 1;
+    try {
+      reapply_spec(c);
+    } catch (const std::exception&) {
+      ok = 0;
+    }
+    (void)!::write(ready[1], &ok, 1);
+    char byte = 0;
+    (void)!::read(hold[0], &byte, 1);  // until finish_reapply()
+    _exit(ok ? 0 : 1);
+  }
+  ::close(ready[1]);
+  ::close(hold[0]);
+  lingering_[pid] = hold[1];
+  char ok = 0;
+  (void)!::read(ready[0], &ok, 1);
+  ::close(ready[0]);
+  if (!ok) {
+    finish_reapply(pid);
+    throw std::runtime_error("the re-apply of " + c.cgroup_rel + " as " + comm + " failed");
+  }
+  return pid;
+}
+
+void SandboxNode::finish_reapply(pid_t pid) {
+  const auto it = lingering_.find(pid);
+  if (it == lingering_.end()) return;
+  (void)!::write(it->second, "x", 1);  // a byte: processes forked since hold the pipe too
+  ::close(it->second);
+  ::waitpid(pid, nullptr, 0);
+  lingering_.erase(it);
+}
+
 void SandboxNode::finish_runtime(const SandboxContainer& c) {
   for (auto& x : containers_) {
     if (x.id != c.id || x.runtime <= 0) continue;
