@@ -130,7 +130,7 @@ TEST_P(ReapplyReadLate, AnotherWritersRecordInTheSameReadDoesNotGrantInsideTheRu
         << "granted inside the runtime's apply (look " << looks << ")\n" << daemon.output() << daemon.metrics();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  node.finish_reapply(runtime);
+  node.finish_lingering(runtime);
   EXPECT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << "not granted once the runtime exited\n"
                                                             << daemon.output();
   EXPECT_GE(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "writer_exit"}}), 1) << daemon.metrics();

@@ -127,7 +127,7 @@ SandboxNode::SandboxNode(const Options& options)
 
 SandboxNode::~SandboxNode() {
   for (const auto& c : containers_) finish_runtime(c);  // before the cgroups go
-  while (!lingering_.empty()) finish_reapply(lingering_.begin()->first);
+  while (!lingering_.empty()) finish_lingering(lingering_.begin()->first);
 }
 
 std::string SandboxNode::gpu_uuid(int index) const {

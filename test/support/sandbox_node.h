@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <list>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,9 +80,8 @@ struct SandboxContainer {
   std::string cgroup_dir;  // absolute
   pid_t sleeper = -1;
   std::string process_rel;  // where its processes are, when not cgroup_rel (crun's sub-cgroup)
-  // add_container_in_create(): the runtime, until finish_runtime(), and what ends it.
+  // add_container_in_create(): its runtime, until finish_runtime().
   pid_t runtime = -1;
-  int runtime_hold = -1;
 };
 
 // The text of a kubelet checkpoint that allocates one `nvidia.com/gpu` (`gpu_uuid`, the
@@ -130,9 +130,10 @@ class SandboxNode {
   const SandboxContainer& add_container_in_create(SandboxContainerSpec spec, const char* comm, CreateShape shape);
   // A runtime's re-apply of `c` (runc update, a second start: reapply_spec()) from a child
   // process calling itself `comm`, which then lives on, its apply not ended, until
-  // finish_reapply(pid). Its pid.
+  // finish_lingering(pid). Its pid.
   pid_t start_lingering_reapply(const SandboxContainer& c, const char* comm);
-  void finish_reapply(pid_t pid);
+  // A process of start_lingering_reapply() or add_container_in_create() exits (waited for).
+  void finish_lingering(pid_t pid);
   // The runtime of add_container_in_create() exits (and is waited for); no-op otherwise.
   void finish_runtime(const SandboxContainer& c);
   // Kills the container's process and removes its cgroup and bundle (checkpoint untouched).
@@ -197,7 +198,10 @@ class SandboxNode {
   CgroupSandbox cgroups_;
   std::list<SandboxContainer> containers_;
   std::vector<SandboxContainerSpec> external_allocations_;  // stable references for callers
-  std::map<pid_t, int> lingering_;  // start_lingering_reapply(): pid → what ends it
+  // A child calling itself `comm` runs `work`, reports its answer (> 0: done), then lives on
+  // until finish_lingering(). {its pid, the answer}.
+  std::pair<pid_t, pid_t> start_lingering(const char* comm, const std::function<pid_t()>& work);
+  std::map<pid_t, int> lingering_;  // pid → what ends it
 };
 
 std::string random_hex(std::size_t n);

@@ -71,28 +71,8 @@ const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpe
   const std::string apply_rel = c.process_rel.empty() ? c.cgroup_rel : c.process_rel;
   const bool make = shape != CreateShape::kSystemdScope;
   const std::string pid_file = state_dir() + "/" + c.id + "/init.pid";
-  int ready[2], hold[2];
-  if (::pipe2(ready, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-  if (::pipe2(hold, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    ::close(ready[0]);
-    ::close(hold[1]);
-    ::prctl(PR_SET_NAME, comm);
-    const pid_t first = apply_as_runtime(apply_rel, make, pid_file);
-    (void)!::write(ready[1], &first, sizeof first);
-    char byte = 0;
-    (void)!::read(hold[0], &byte, 1);  // until finish_runtime() (or the test's end)
-    _exit(first > 0 ? 0 : 1);
-  }
-  ::close(ready[1]);
-  ::close(hold[0]);
-  pid_t first = -1;
-  if (::read(ready[0], &first, sizeof first) != sizeof first) first = -1;
-  ::close(ready[0]);
+  const auto [pid, first] = start_lingering(comm, [&] { return apply_as_runtime(apply_rel, make, pid_file); });
   c.runtime = pid;
-  c.runtime_hold = hold[1];
   c.sleeper = first;
   if (first > 0) cgroups_.adopt_sleeper(first);  // killed by PID with the cgroup
   containers_.push_back(c);  // kept before anything throws: removed with the node
@@ -100,7 +80,7 @@ const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpe
   return containers_.back();
 }
 
-pid_t SandboxNode::start_lingering_reapply(const SandboxContainer& c, const char* comm) {
+std::pair<pid_t, pid_t> SandboxNode::start_lingering(const char* comm, const std::function<pid_t()>& work) {
   int ready[2], hold[2];
   if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(hold, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   const pid_t pid = ::fork();
@@ -109,48 +89,51 @@ pid_t SandboxNode::start_lingering_reapply(const SandboxContainer& c, const char
     ::close(ready[0]);
     ::close(hold[1]);
     ::prctl(PR_SET_NAME, comm);
-    char ok = 1;
+    pid_t answer = -1;
     try {
-      reapply_spec(c);
+      answer = work();
     } catch (const std::exception&) {
-      ok = 0;
     }
-    (void)!::write(ready[1], &ok, 1);
+    (void)!::write(ready[1], &answer, sizeof answer);
     char byte = 0;
-    (void)!::read(hold[0], &byte, 1);  // until finish_reapply()
-    _exit(ok ? 0 : 1);
+    (void)!::read(hold[0], &byte, 1);  // until finish_lingering()
+    _exit(answer > 0 ? 0 : 1);
   }
   ::close(ready[1]);
   ::close(hold[0]);
   lingering_[pid] = hold[1];
-  char ok = 0;
-  (void)!::read(ready[0], &ok, 1);
+  pid_t answer = -1;
+  if (::read(ready[0], &answer, sizeof answer) != sizeof answer) answer = -1;
   ::close(ready[0]);
-  if (!ok) {
-    finish_reapply(pid);
-    throw std::runtime_error("the re-apply of " + c.cgroup_rel + " as " + comm + " failed");
-  }
-  return pid;
+  return {pid, answer};
 }
 
-void SandboxNode::finish_reapply(pid_t pid) {
+void SandboxNode::finish_lingering(pid_t pid) {
   const auto it = lingering_.find(pid);
   if (it == lingering_.end()) return;
-  (void)!::write(it->second, "x", 1);  // a byte: processes forked since hold the pipe too
+  (void)!::write(it->second, "x", 1);  // a byte: processes forked since (sleepers) hold the pipe too
   ::close(it->second);
   ::waitpid(pid, nullptr, 0);
   lingering_.erase(it);
 }
 
+pid_t SandboxNode::start_lingering_reapply(const SandboxContainer& c, const char* comm) {
+  const auto [pid, ok] = start_lingering(comm, [&] {
+    reapply_spec(c);  // throws on failure
+    return pid_t{1};
+  });
+  if (ok <= 0) {
+    finish_lingering(pid);
+    throw std::runtime_error("the re-apply of " + c.cgroup_rel + " as " + comm + " failed");
+  }
+  return pid;
+}
+
 void SandboxNode::finish_runtime(const SandboxContainer& c) {
   for (auto& x : containers_) {
     if (x.id != c.id || x.runtime <= 0) continue;
-    // A byte rather than EOF: processes forked since (the sleepers) hold the pipe too.
-    (void)!::write(x.runtime_hold, "x", 1);
-    ::close(x.runtime_hold);
-    ::waitpid(x.runtime, nullptr, 0);
+    finish_lingering(x.runtime);
     x.runtime = -1;
-    x.runtime_hold = -1;
   }
 }
 
