@@ -111,9 +111,10 @@ class ContainerFleet final : public ContainerLister {
   void on_apply_wait_due(std::string dir);
   // A wait for `dir` may have ended: the check it held, now.
   void check_held(const std::string& dir);
-  // `maker` made the cgroup of `w` or crun's sub-cgroup of it: a runtime is held for.
-  // hold_for_makers(): for what the probe's read in hand (makers_) says made them.
-  void hold_for_runtime(WatchedContainer& w, const ProcessInfo& maker);
+  // `process` made the cgroup of `w` or crun's sub-cgroup of it, or wrote or attached to
+  // it: if a runtime, held for (ApplyWaits::hold). hold_for_makers(): for what the probe's
+  // read in hand (makers_) says made them.
+  void hold_for_runtime(WatchedContainer& w, const ProcessInfo& process);
   void hold_for_makers(WatchedContainer& w);
   void schedule_retry(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger);
   void on_retry(const std::string& dir);

@@ -48,16 +48,16 @@ void ContainerFleet::prepare_grant(const CheckCause& cause) {
   access_->prepare_grant({change->prog_id, change->flags});
 }
 
-void ContainerFleet::hold_for_runtime(WatchedContainer& w, const ProcessInfo& maker) {
-  // The runtime that makes a container's cgroup (cgroupfs driver) or crun's sub-cgroup of it
+void ContainerFleet::hold_for_runtime(WatchedContainer& w, const ProcessInfo& process) {
+  // A runtime that made the container's cgroup (cgroupfs driver) or crun's sub-cgroup of it
   // (systemd driver) applies the device rules next, maybe before the probe watches the new
-  // directory and names it: its apply ends when it exits. A tenant's own process of that
-  // name that makes a cgroup in its container only delays its own repair, by at most the
-  // limit.
+  // directory and names it; one that wrote or attached in a read may be followed in it by
+  // another writer's record. Its apply ends when it exits. A tenant's own process of that
+  // name only delays its own container's repair, by at most the limit.
   if (settings_.mode != Mode::kEnforce || !w.is_gpu() ||
-      !writer_waited_for(recognise_writer({maker.comm, maker.parent_comm, "", maker.pid})))
+      !writer_waited_for(recognise_writer({process.comm, process.parent_comm, "", process.pid})))
     return;
-  if (apply_waits_.hold(w, maker.pid)) probe_.await_writer_exit(maker.pid);
+  if (apply_waits_.hold(w, process.pid)) probe_.await_writer_exit(process.pid);
 }
 
 void ContainerFleet::hold_for_makers(WatchedContainer& w) {
