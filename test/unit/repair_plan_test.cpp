@@ -2,6 +2,7 @@
 // one pass of the repair loop (service/repair_step.h) on an in-memory device policy: every
 // decision the daemon's repair makes, without root or a cgroup.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <map>
@@ -321,6 +322,36 @@ DesiredDevices desired(std::vector<WantedDevice> wanted) {
   DesiredDevices d;
   d.wanted = std::move(wanted);
   return d;
+}
+
+TEST(RepairStep, DefersAGrantWhileProbeRecordsWaitUnreadAndOnlyThen) {
+  // The probe's records stand in as a pipe: readable while something waits in it.
+  int records[2];
+  ASSERT_EQ(::pipe(records), 0);
+  FakeDeviceAccess access;
+  access.allowed["/c"] = {kCtl.dev};
+  RepairState state = fresh();
+  // Nothing waits: the look's missing device is granted.
+  RepairStep step = repair_once(access, state, "/c", desired({kGpu0, kCtl}), kT0, settings(), false, nullptr,
+                                records[0]);
+  EXPECT_FALSE(step.deferred);
+  EXPECT_EQ(access.grants, 1);
+  // A record waits (a runtime's attach the look may have seen): nothing planned or granted.
+  access.allowed["/c"] = {kCtl.dev};
+  ASSERT_EQ(::write(records[1], "r", 1), 1);
+  step = repair_once(access, state, "/c", desired({kGpu0, kCtl}), kT0 + seconds(1), settings(), false, nullptr,
+                     records[0]);
+  EXPECT_TRUE(step.deferred);
+  EXPECT_FALSE(step.applied);
+  EXPECT_TRUE(step.plan.drifted.empty()) << "not planned, so not reported as drift yet";
+  EXPECT_EQ(access.grants, 1);
+  // Nothing missing: records waiting change nothing.
+  access.allowed["/c"] = {kCtl.dev, kGpu0.dev};
+  EXPECT_FALSE(repair_once(access, state, "/c", desired({kGpu0, kCtl}), kT0 + seconds(2), settings(), false, nullptr,
+                           records[0])
+                   .deferred);
+  ::close(records[0]);
+  ::close(records[1]);
 }
 
 TEST(RepairStep, ObservesPlansAndGrantsOnlyWhatIsMissing) {
