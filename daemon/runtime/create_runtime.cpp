@@ -22,20 +22,19 @@ std::optional<pid_t> parse_pid_file(std::string_view text) {
 }
 
 std::optional<pid_t> parse_stat_parent(std::string_view stat) {
-  // "<pid> (<comm>) <state> <ppid> ..."
+  // "<pid> (<comm>) <state> <ppid> ...": after the last ')', the second field.
   const auto close = stat.rfind(')');
   if (close == std::string_view::npos) return std::nullopt;
   std::string_view rest = stat.substr(close + 1);
-  for (int field = 0; field < 2; ++field) {  // past " <state>", to " <ppid>"
+  std::string_view field;
+  for (int i = 0; i < 2; ++i) {
     const auto start = rest.find_first_not_of(' ');
     if (start == std::string_view::npos) return std::nullopt;
     rest = rest.substr(start);
-    const auto end = rest.find(' ');
-    if (field == 1) return parse_positive(rest.substr(0, end));
-    if (end == std::string_view::npos) return std::nullopt;
-    rest = rest.substr(end);
+    field = rest.substr(0, rest.find(' '));
+    rest = rest.substr(field.size());
   }
-  return std::nullopt;
+  return parse_positive(field);
 }
 
 std::optional<CreateRuntime> read_create_runtime(const std::string& pid_file, const std::string& proc_root) {

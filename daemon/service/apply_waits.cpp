@@ -94,7 +94,7 @@ bool ApplyWaits::hold(WatchedContainer& w, pid_t writer) {
   // Held for it already (a runtime writes a dozen rules in one apply): nothing to look up.
   if (const auto it = held_.find(w.cgroup.cgroup_dir);
       it != held_.end() && it->second.pid == writer && it->second.pidfd.valid())
-    return true;
+    return false;
   return wait_or_hold(w, Request{.trigger = Clock::now(), .writer = writer}, /*keep=*/false);
 }
 

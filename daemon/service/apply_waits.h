@@ -45,7 +45,8 @@ class ApplyWaits {
   bool wait(WatchedContainer& w, const Request& request);
   // A runtime at work on `w` (it made the container's cgroup or crun's sub-cgroup of it):
   // checks wait for `writer`'s exit as if it had revoked, though nothing waits yet. Its
-  // exit alone keeps nothing to check (take() finds nothing). Whether it is held.
+  // exit alone keeps nothing to check (take() finds nothing). Whether it was held now (not
+  // already, and still running).
   bool hold(WatchedContainer& w, pid_t writer);
   // A check that found probe records unread (RepairStep::deferred) is made again once the
   // loop has read them: due() at once, its trigger and cause kept.

@@ -57,7 +57,7 @@ void ContainerFleet::hold_for_runtime(WatchedContainer& w, const ProcessInfo& pr
   if (settings_.mode != Mode::kEnforce || !w.is_gpu() ||
       !writer_waited_for(recognise_writer({process.comm, process.parent_comm, "", process.pid})))
     return;
-  if (apply_waits_.hold(w, process.pid)) probe_.await_writer_exit(process.pid);
+  if (apply_waits_.hold(w, process.pid)) probe_.await_writer_exit(process.pid);  // once per hold
 }
 
 void ContainerFleet::hold_for_makers(WatchedContainer& w) {
