@@ -303,10 +303,7 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   // Never inside a runtime's own apply: observe mode writes nothing, so it never waits.
   const bool creating = !w.create_ended && !w.create_marker.empty();
   if (settings_.mode == Mode::kEnforce && must_wait(w, trigger, cause, write_event)) return false;
-  // A create that has just ended has written all (the systemd driver's DevicePolicy= and
-  // DeviceAllow= drop-ins): read again; what DeviceAllow= lacks is persisted after the grant.
   const bool create_just_ended = creating && w.create_ended;
-  if (create_just_ended) resolve(w, /*force=*/true, /*persist=*/false);
   const auto before = w.repair_gauge_inputs();
   CheckCause gated = cause;
   if (settings_.mode == Mode::kEnforce && !cause.after_wait) gated.unread_records_fd = probe_.fd();
@@ -326,7 +323,7 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
     arm_timer(prepare_timer_, kPrepareGrantDelay, "prepare-grant", daemon_metrics_);
   bool target_moved = false;
   if (create_just_ended) {
-    if (w.is_gpu() && access_->policy_in_programs()) persist(w);  // held back by the resolve above
+    target_moved = reread_after_create(w, trigger);
   } else if (!outcome.granted.empty()) {
     // The re-apply that revoked may have rewritten the scope's DeviceAllow= too (`runc
     // update` resets it to the spec): its unit files are read again before persisting.
@@ -340,6 +337,22 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   if (!target_moved && w.repair_gauge_inputs() == before) return false;
   gauge_shares_moved_.insert(w.cgroup.cgroup_dir);
   return true;
+}
+
+bool ContainerFleet::reread_after_create(WatchedContainer& w, Clock::time_point trigger) {
+  // A create that has ended has written all (the systemd driver's DevicePolicy= and
+  // DeviceAllow= drop-ins): read again, after the grant (on a 2-vCPU VM the bundle, unit
+  // files and allocation take ~0.17 ms, which the GPU would otherwise stay denied for), so
+  // that what DeviceAllow= lacks is persisted. The grant used what was read when the cgroup
+  // appeared: allocations do not change while a container is created, and a set that did
+  // grow is granted by a check of its own.
+  const auto target_before = w.target_gauge_inputs();
+  const auto wanted_before = w.target.desired.wanted;
+  resolve(w, /*force=*/true, /*persist=*/false);
+  if (!w.is_gpu()) return w.target_gauge_inputs() != target_before;
+  if (access_->policy_in_programs()) persist(w);
+  if (w.target.desired.wanted != wanted_before) schedule_retry(w, Clock::duration::zero(), trigger);
+  return w.target_gauge_inputs() != target_before;
 }
 
 void ContainerFleet::schedule_retry(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger) {

@@ -93,6 +93,9 @@ class ContainerFleet final : public ContainerLister {
   // to end (ApplyWaits; then it is made when the wait ends). `write_event`: it answers a
   // rule write or program change. true: what the gauges count moved, or the container went.
   bool check(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause = {}, bool write_event = false);
+  // After the check that followed a create's end: `w` read again and persisted; true when
+  // what the gauges count moved.
+  bool reread_after_create(WatchedContainer& w, Clock::time_point trigger);
   bool check_ids(Clock::time_point trigger, const std::vector<std::uint64_t>& cgroup_ids);
   bool check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs, bool write_event = false);
   // What the wait of a check of `w` goes by: the revoking writer the probe named since its

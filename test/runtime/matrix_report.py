@@ -16,6 +16,12 @@ def from_exit(st):
     return tenant_view.p50_p99(xs) if xs else "-"
 
 
+def from_end(st):
+    """'p50/p99' ms from the runtime invocation's end (its parent told) to the GPU back, or '-'."""
+    xs = st.view.after_end() if st.view else []
+    return tenant_view.p50_p99(xs) if xs else "-"
+
+
 def print_run(st):
     print("  %-28s %-8s starts %d/%d updates %d/%d (landed %d) restarts %d/%d runtime errors %d "
           "whole %d/%d p50 %s ms p99 %s ms exec ok %d/%d; daemon: revocations %s regrants %s apply waits %s; "
@@ -45,13 +51,14 @@ def print_run(st):
 
 def table(results, not_run):
     head = ("cell", "mode", "starts", "updates", "restarts", "rt errors", "landed", "whole", "p50 ms", "p99 ms",
-            "from exit p50/p99 ms", "extras", "sandbox")
+            "from exit p50/p99 ms", "from end", "extras", "sandbox")
     rows = [head]
     for st in results:
         rows.append((st.cell, st.mode, "%d/%d" % (st.starts, st.start_calls), "%d/%d" % (st.updates, st.update_calls),
                      "%d/%d" % (st.restarts, st.restart_calls), str(st.runtime_errors),
                      "%d/%d" % (st.updates_landed, st.updates), "%d/%d" % (st.whole, st.whole_checks),
-                     fmt_ms(st.percentile(50)), fmt_ms(st.percentile(99)), from_exit(st), str(len(st.extras)),
+                     fmt_ms(st.percentile(50)), fmt_ms(st.percentile(99)), from_exit(st), from_end(st),
+                     str(len(st.extras)),
                      "ok" if not st.sandbox_touched else "%d GPU rules" % len(st.sandbox_touched)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     print()

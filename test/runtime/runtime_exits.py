@@ -12,6 +12,13 @@ renames itself (runc:[2:INIT]) before it execs the container's command.
 On cgroup v2 the same instance records the daemon's `BPF_PROG_ATTACH` calls (comm
 gpu-devwatch): a grant's moment as the kernel saw it, to tell the daemon's part of a step's
 time from the tenant's own wait for a CPU.
+
+An exit has two moments. `sched_process_exit` fires as the last thread enters do_exit: the
+apply is over (the daemon's probe acts on it too), but the kernel then still tears the process
+down (a Go runtime's address space: up to ~1 ms on a 2-vCPU VM) on that CPU, where a tenant
+woken meanwhile may wait. Its end is when the kernel tells its parent (the SIGCHLD it
+generates, `signal/signal_generate` sig 17 from that thread group): the invocation has
+returned, as containerd and kubelet see it. Both are kept.
 """
 
 import os
@@ -21,18 +28,32 @@ TRACEFS = "/sys/kernel/tracing"
 EXIT_EVENT = "sched/sched_process_exit"
 EXEC_EVENT = "sched/sched_process_exec"
 ATTACH_EVENT = "syscalls/sys_enter_bpf"
+SIGNAL_EVENT = "signal/signal_generate"
+SIGCHLD = 17
+EVENTS = (EXEC_EVENT, EXIT_EVENT, ATTACH_EVENT, SIGNAL_EVENT)
 BPF_PROG_ATTACH = 8
 DAEMON_COMM = "gpu-devwatch"
 RUNTIME_COMMS = ("runc", "crun")
 # "comm-pid (tgid) [cpu] flags timestamp: event: fields"
-LINE = re.compile(r"^\s*.+?-\d+\s+\(\s*(\d+)\)\s+\[\d+\]\s+\S+\s+([\d.]+): (sched_process_\w+: |sys_bpf\()(.*)$")
+LINE = re.compile(r"^\s*.+?-\d+\s+\(\s*(\d+)\)\s+\[\d+\]\s+\S+\s+([\d.]+): "
+                  r"(sched_process_\w+: |sys_bpf\(|signal_generate: )(.*)$")
 
 
-def parse(text, execed, attaches=None):
-    """Trace text → [(monotonic seconds, comm, tgid)] of the runtime invocations that ended, in
-    order. `execed`: the tgids that exec'd a runtime and have not ended, kept across calls;
-    `attaches`: a list that gets the daemon's BPF_PROG_ATTACH times."""
-    out = []
+class TraceState:
+    """What parse() keeps across calls: the tgids that exec'd a runtime and have not exited
+    (`execed`), and those that exited and whose end has not been seen (`awaiting`: tgid →
+    the exit's time)."""
+
+    def __init__(self):
+        self.execed = set()
+        self.awaiting = {}
+
+
+def parse(text, state, attaches=None):
+    """Trace text → ([(monotonic seconds, comm, tgid)] of the runtime invocations that exited,
+    in order; {exit's time: its end's time} of those whose end was seen). `state`: a
+    TraceState; `attaches`: a list that gets the daemon's BPF_PROG_ATTACH times."""
+    out, ends = [], {}
     for line in text.splitlines():
         m = LINE.match(line)
         if not m:
@@ -43,14 +64,20 @@ def parse(text, execed, attaches=None):
                 attaches.append(t)
             continue
         if event == "sched_process_exec":
-            execed.add(tgid)
+            state.execed.add(tgid)
+            continue
+        if event == "signal_generate":
+            # From an exited invocation's thread group: the parent is told, the exit is done.
+            if tgid in state.awaiting and re.search(r"\bsig=%d\b" % SIGCHLD, fields):
+                ends[state.awaiting.pop(tgid)] = t
             continue
         comm = re.search(r"comm=(\S+)", fields)
-        if event == "sched_process_exit" and "group_dead=true" in fields and comm and tgid in execed:
-            execed.discard(tgid)
+        if event == "sched_process_exit" and "group_dead=true" in fields and comm and tgid in state.execed:
+            state.execed.discard(tgid)
+            state.awaiting[tgid] = t
             out.append((t, comm.group(1), tgid))
     out.sort()
-    return out
+    return out, ends
 
 
 class RuntimeExits:
@@ -59,7 +86,7 @@ class RuntimeExits:
     def __init__(self):
         self.inst = os.path.join(TRACEFS, "instances", "gdw-cri-exits-%d" % os.getpid())
         self.active = False
-        self.execed = set()
+        self.state = TraceState()
 
     def _write(self, rel, text):
         with open(os.path.join(self.inst, rel), "w") as f:
@@ -85,7 +112,8 @@ class RuntimeExits:
             self._write("events/%s/filter" % EXIT_EVENT, "group_dead == 1 && (%s)" % comms)
             self._write("events/%s/filter" % EXEC_EVENT, " || ".join('filename ~ "*/%s"' % c for c in RUNTIME_COMMS))
             self._write("events/%s/filter" % ATTACH_EVENT, 'cmd == %d && comm == "%s"' % (BPF_PROG_ATTACH, DAEMON_COMM))
-            for event in (EXEC_EVENT, EXIT_EVENT, ATTACH_EVENT):
+            self._write("events/%s/filter" % SIGNAL_EVENT, "sig == %d" % SIGCHLD)
+            for event in EVENTS:
                 self._write("events/%s/enable" % event, "1")
         except OSError as e:
             self.stop()
@@ -93,19 +121,22 @@ class RuntimeExits:
         return True, ""
 
     def take(self, attaches=None):
-        """The runtime exits since the last take; the daemon's attaches go to `attaches`."""
+        """(The runtime exits since the last take, {exit's time: its end}); the daemon's
+        attaches go to `attaches`. An end that comes after the take is not counted."""
         if not self.active:
-            return []
+            return [], {}
         with open(os.path.join(self.inst, "trace")) as f:
             text = f.read()
         with open(os.path.join(self.inst, "trace"), "w"):
             pass  # opened for writing with O_TRUNC: the buffer is cleared
-        return parse(text, self.execed, attaches)
+        exits, ends = parse(text, self.state, attaches)
+        self.state.awaiting.clear()  # its samples are judged now
+        return exits, ends
 
     def stop(self):
         if not self.active:
             return
-        for event in (EXIT_EVENT, EXEC_EVENT, ATTACH_EVENT):
+        for event in EVENTS:
             try:
                 self._write("events/%s/enable" % event, "0")
             except OSError:

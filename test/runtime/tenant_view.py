@@ -45,7 +45,7 @@ class TenantView:
         end = time.monotonic()
         # Everything since the last leave: older exits and grants cannot fall in these steps.
         grants = []
-        exits = self.exits.take(grants)
+        exits, ends = self.exits.take(grants)
         if answer["error"]:
             self.errors.append(answer["error"])
         joined = answer["joined"]
@@ -53,7 +53,8 @@ class TenantView:
             self.polls += answer["polls"]
             self.joined_seconds += end - joined
         self.samples += whole_timing.analyze(self.steps, end, joined, answer["transitions"], [t for t, _, _ in exits],
-                                             {t: "%s:%d" % (comm, pid) for t, comm, pid in exits}, sorted(grants))
+                                             {t: "%s:%d" % (comm, pid) for t, comm, pid in exits}, sorted(grants),
+                                             ends)
         self.steps = []
 
     def close(self):
@@ -67,6 +68,10 @@ class TenantView:
     def daemon_part(self):
         """v2: the runtime's exit → the daemon's attach, sorted."""
         return sorted(s.daemon for s in self.samples if s.kind == "exit" and s.daemon is not None)
+
+    def after_end(self):
+        """The invocation's end (its parent told) → whole, sorted."""
+        return sorted(s.after_end for s in self.samples if s.kind == "exit" and s.after_end is not None)
 
     def count(self, kind):
         return sum(1 for s in self.samples if s.kind == kind)
@@ -86,10 +91,16 @@ class TenantView:
                      " [" + by_step + "]" if by_step else "", self.count("undenied"), self.count("before exit"),
                      self.count("not whole"), self.count("unmeasured"),
                      "-" if self.round_us() is None else "%.0f" % self.round_us())]
+        after_end = self.after_end()
+        if after_end:
+            lines.append("from the runtime's end instead (the kernel has torn it down and tells its parent: the "
+                         "invocation returns; p50/p99/max ms, n): %s/%s (%d)" % (
+                             p50_p99(after_end), ms(after_end[-1]), len(after_end)))
         daemon = self.daemon_part()
         if daemon:
             lines.append("of which the daemon's part (v2: the runtime's exit → its BPF_PROG_ATTACH, as the kernel saw "
-                         "it; p50/p99/max ms, n): %s/%s (%d); the rest is the tenant's wait for a CPU" % (
+                         "it; p50/p99/max ms, n): %s/%s (%d); the rest is the tenant's wait for a CPU (among others, behind "
+                         "the exiting runtime's teardown)" % (
                              p50_p99(daemon), ms(daemon[-1]), len(daemon)))
         denials = self.of("denial")
         if denials or any(s.what in whole_timing.SYSTEMD_STEPS for s in self.samples):

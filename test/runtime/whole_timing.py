@@ -11,7 +11,9 @@ Per step (a window from its CRI call, or systemctl call, to the next step):
     runtime process that ended in [r, w] (the one that revoked: a grant may come only after
     it), else the last in [step begin, r) (it ended before the watcher saw the denial); the
     figure is w - t_e. None at all: the GPU came back before any runtime process of the step
-    ended ("before exit"), i.e. inside the apply;
+    ended ("before exit"), i.e. inside the apply. A second figure counts from that
+    invocation's end (its parent told, after the kernel tore it down): w minus it, 0 when
+    the GPU was back before;
   - systemd's re-applies (set-property, reload): systemd never exits; from the denial, w - r;
   - no denial in the window: "undenied"; still denied at its end: "not whole"; the watcher
     not in the cgroup: "unmeasured".
@@ -26,9 +28,10 @@ SYSTEMD_STEPS = ("set-property", "reload")
 
 
 class Sample:
-    def __init__(self, what, kind, seconds=None, timeline=None, daemon=None):
+    def __init__(self, what, kind, seconds=None, timeline=None, daemon=None, after_end=None):
         self.what, self.kind, self.seconds = what, kind, seconds
         self.daemon = daemon  # v2: the runtime's exit → the daemon's first attach after it
+        self.after_end = after_end  # the invocation's end (parent told) → whole, 0 if before
         # For a slow one: [(label, t)] from the step's begin (the denial, the exits, the GPU back).
         self.timeline = timeline or []
 
@@ -67,12 +70,13 @@ def runtime_exit(exits, begin, r, w):
     return before[-1] if before else None
 
 
-def analyze(steps, end, joined, transitions, exits, names=None, grants=()):
+def analyze(steps, end, joined, transitions, exits, names=None, grants=(), ends=None):
     """steps: [(what, begin)] of one container, in order; end: when the watcher left it;
     joined: when it joined (None: never); transitions: [(t, 0|1)]; exits: runtime exits, sorted
     (all of the cell's); names: {exit time: "runc 1234"} for the timelines; grants: the
-    daemon's attaches (v2), sorted. → [Sample], one per step."""
-    names = names or {}
+    daemon's attaches (v2), sorted; ends: {exit time: the invocation's end}. → [Sample], one
+    per step."""
+    names, ends = names or {}, ends or {}
     out = []
     for i, (what, begin) in enumerate(steps):
         stop = steps[i + 1][1] if i + 1 < len(steps) else end
@@ -100,9 +104,12 @@ def analyze(steps, end, joined, transitions, exits, names=None, grants=()):
                                   key=lambda lt: lt[1])
                 out.append(Sample(what, "before exit", w - r, timeline))
                 continue
+            t_end = ends.get(t_e)
             timeline = sorted([("step", begin), ("denied", r), ("back", w)] + ([("grant", grant)] if grant else []) +
+                              ([("ended", t_end)] if t_end is not None else []) +
                               [("exit " + names.get(t, ""), t) for t in exits if begin <= t <= w], key=lambda lt: lt[1])
-            out.append(Sample(what, "exit", w - t_e, timeline, None if grant is None else grant - t_e))
+            out.append(Sample(what, "exit", w - t_e, timeline, None if grant is None else grant - t_e,
+                              None if t_end is None else max(0.0, w - t_end)))
     return out
 
 
@@ -155,22 +162,39 @@ def self_test():
     got = analyze([("update", 1.0)], 2.0, 0.5, [(0.5, 1), (1.1, 0), (1.3, 1)], [1.2], grants=[1.15, 1.25])
     if [round(s.daemon, 6) for s in got] != [0.05]:
         failures.append("daemon's part: got %s" % [s.daemon for s in got])
+    # From the invocation's end: the teardown after do_exit began is the runtime's; a GPU back
+    # before the end counts 0; an end not seen gives none.
+    got = analyze([("update", 1.0), ("update", 2.0), ("update", 3.0)], 4.0, 0.5,
+                  [(0.5, 1), (1.1, 0), (1.3, 1), (2.1, 0), (2.3, 1), (3.1, 0), (3.3, 1)], [1.2, 2.2, 3.2],
+                  ends={1.2: 1.28, 2.2: 2.35})
+    if [None if s.after_end is None else round(s.after_end, 6) for s in got] != [0.02, 0.0, None]:
+        failures.append("from the end: got %s" % [s.after_end for s in got])
+    if ("ended", 1.28) not in got[0].timeline:
+        failures.append("the end in the timeline: got %s" % got[0].timeline)
     expect("never joined", analyze([("start", 1.0)], 2.0, None, [], [1.2]), [("start", "unmeasured", None)])
     # The exits that count: invocations that exec'd the runtime, by thread group; not crun's
     # forked helpers (its name, no exec), nor a thread's exit before its group's.
-    from runtime_exits import parse
+    # Their ends: the SIGCHLD the exited thread group generates; not one from another group,
+    # nor another signal, nor one before the exit.
+    from runtime_exits import TraceState, parse
     trace = "\n".join([
         "  crun-900 (  900) [001] ..... 10.000100: sched_process_exec: filename=/usr/bin/crun pid=900 old_pid=900",
         "  crun-902 (  902) [001] ..... 10.000200: sched_process_exit: comm=crun pid=902 prio=120 group_dead=true",
+        "  crun-902 (  902) [001] d..2. 10.000210: signal_generate: sig=17 errno=0 code=1 comm=crun pid=900 grp=1 res=0",
         "  runc-910 (  910) [000] ..... 10.000300: sched_process_exec: filename=/usr/sbin/runc pid=910 old_pid=910",
+        "  runc-911 (  910) [000] d..2. 10.000350: signal_generate: sig=17 errno=0 code=1 comm=shim pid=5 grp=1 res=0",
         "  runc-913 (  910) [000] ..... 10.000400: sched_process_exit: comm=runc pid=913 prio=120 group_dead=false",
         "  runc-914 (  910) [000] ..... 10.000500: sched_process_exit: comm=runc pid=914 prio=120 group_dead=true",
+        "  runc-914 (  910) [000] d..2. 10.000550: signal_generate: sig=15 errno=0 code=0 comm=shim pid=5 grp=1 res=0",
         "  crun-900 (  900) [001] ..... 10.000600: sched_process_exit: comm=crun pid=900 prio=120 group_dead=true",
+        "  runc-914 (  910) [000] d..2. 10.000900: signal_generate: sig=17 errno=0 code=1 comm=shim pid=5 grp=1 res=0",
     ])
-    execed = set()
-    got = parse(trace, execed)
-    if got != [(10.0005, "runc", 910), (10.0006, "crun", 900)] or execed:
-        failures.append("runtime exits: got %s, left %s" % (got, execed))
+    state = TraceState()
+    got, ends = parse(trace, state)
+    if got != [(10.0005, "runc", 910), (10.0006, "crun", 900)] or state.execed:
+        failures.append("runtime exits: got %s, left %s" % (got, state.execed))
+    if ends != {10.0005: 10.0009} or state.awaiting != {900: 10.0006}:
+        failures.append("runtime ends: got %s, awaiting %s" % (ends, state.awaiting))
     for f in failures:
         print("FAIL: " + f)
     print("whole_timing self-test: %d failures" % len(failures))
