@@ -9,9 +9,11 @@ Only processes that exec'd the binary count (the exit's thread group, `record-tg
 forks helpers that keep its name and exit while the invocation goes on, and `runc init`
 renames itself (runc:[2:INIT]) before it execs the container's command.
 
-On cgroup v2 the same instance records the daemon's `BPF_PROG_ATTACH` calls (comm
-gpu-devwatch): a grant's moment as the kernel saw it, to tell the daemon's part of a step's
-time from the tenant's own wait for a CPU.
+The same instance records the daemon's grants as the kernel saw them (its main thread, comm
+gpu-devwatch), to tell the daemon's part of a step's time from the tenant's own wait for a
+CPU: on v2 its `BPF_PROG_ATTACH` calls, on v1 its writes of a rule line (a `write` of 9 to
+63 bytes, not to stdout or stderr: "c 195:0 rw" to devices.allow; its eventfd writes are 8
+bytes, and it writes nothing else of that size while a container starts).
 
 An exit has two moments. `sched_process_exit` fires as the last thread enters do_exit: the
 apply is over (the daemon's probe acts on it too), but the kernel then still tears the process
@@ -28,15 +30,16 @@ TRACEFS = "/sys/kernel/tracing"
 EXIT_EVENT = "sched/sched_process_exit"
 EXEC_EVENT = "sched/sched_process_exec"
 ATTACH_EVENT = "syscalls/sys_enter_bpf"
+RULE_WRITE_EVENT = "syscalls/sys_enter_write"
 SIGNAL_EVENT = "signal/signal_generate"
 SIGCHLD = 17
-EVENTS = (EXEC_EVENT, EXIT_EVENT, ATTACH_EVENT, SIGNAL_EVENT)
+EVENTS = (EXEC_EVENT, EXIT_EVENT, ATTACH_EVENT, RULE_WRITE_EVENT, SIGNAL_EVENT)
 BPF_PROG_ATTACH = 8
 DAEMON_COMM = "gpu-devwatch"
 RUNTIME_COMMS = ("runc", "crun")
 # "comm-pid (tgid) [cpu] flags timestamp: event: fields"
 LINE = re.compile(r"^\s*.+?-\d+\s+\(\s*(\d+)\)\s+\[\d+\]\s+\S+\s+([\d.]+): "
-                  r"(sched_process_\w+: |sys_bpf\(|signal_generate: )(.*)$")
+                  r"(sched_process_\w+: |sys_bpf\(|sys_write\(|signal_generate: )(.*)$")
 
 
 class TraceState:
@@ -52,14 +55,15 @@ class TraceState:
 def parse(text, state, attaches=None):
     """Trace text → ([(monotonic seconds, comm, tgid)] of the runtime invocations that exited,
     in order; {exit's time: its end's time} of those whose end was seen). `state`: a
-    TraceState; `attaches`: a list that gets the daemon's BPF_PROG_ATTACH times."""
+    TraceState; `attaches`: a list that gets the times of the daemon's grants (v2: its
+    BPF_PROG_ATTACH calls; v1: its rule writes)."""
     out, ends = [], {}
     for line in text.splitlines():
         m = LINE.match(line)
         if not m:
             continue
         tgid, t, event, fields = int(m.group(1)), float(m.group(2)), m.group(3).rstrip(": "), m.group(4)
-        if event == "sys_bpf(":
+        if event in ("sys_bpf(", "sys_write("):
             if attaches is not None:
                 attaches.append(t)
             continue
@@ -112,6 +116,7 @@ class RuntimeExits:
             self._write("events/%s/filter" % EXIT_EVENT, "group_dead == 1 && (%s)" % comms)
             self._write("events/%s/filter" % EXEC_EVENT, " || ".join('filename ~ "*/%s"' % c for c in RUNTIME_COMMS))
             self._write("events/%s/filter" % ATTACH_EVENT, 'cmd == %d && comm == "%s"' % (BPF_PROG_ATTACH, DAEMON_COMM))
+            self._write("events/%s/filter" % RULE_WRITE_EVENT, 'comm == "%s" && fd > 2 && count > 8 && count < 64' % DAEMON_COMM)
             self._write("events/%s/filter" % SIGNAL_EVENT, "sig == %d" % SIGCHLD)
             for event in EVENTS:
                 self._write("events/%s/enable" % event, "1")
@@ -122,7 +127,7 @@ class RuntimeExits:
 
     def take(self, attaches=None):
         """(The runtime exits since the last take, {exit's time: its end}); the daemon's
-        attaches go to `attaches`. An end that comes after the take is not counted."""
+        grants go to `attaches`. An end that comes after the take is not counted."""
         if not self.active:
             return [], {}
         with open(os.path.join(self.inst, "trace")) as f:

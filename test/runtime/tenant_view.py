@@ -66,7 +66,7 @@ class TenantView:
         return sorted(s.seconds for s in self.samples if s.kind == kind and (what is None or s.what == what))
 
     def daemon_part(self):
-        """v2: the runtime's exit → the daemon's attach, sorted."""
+        """The runtime's exit → the daemon's grant (v2: its attach; v1: its last rule write), sorted."""
         return sorted(s.daemon for s in self.samples if s.kind == "exit" and s.daemon is not None)
 
     def after_end(self):
@@ -98,8 +98,8 @@ class TenantView:
                              p50_p99(after_end), ms(after_end[-1]), len(after_end)))
         daemon = self.daemon_part()
         if daemon:
-            lines.append("of which the daemon's part (v2: the runtime's exit → its BPF_PROG_ATTACH, as the kernel saw "
-                         "it; p50/p99/max ms, n): %s/%s (%d); the rest is the tenant's wait for a CPU (among others, behind "
+            lines.append("of which the daemon's part (the runtime's exit → its grant as the kernel saw it: v2 its "
+                         "BPF_PROG_ATTACH, v1 its last rule write; p50/p99/max ms, n): %s/%s (%d); the rest is the tenant's wait for a CPU (among others, behind "
                          "the exiting runtime's teardown)" % (
                              p50_p99(daemon), ms(daemon[-1]), len(daemon)))
         denials = self.of("denial")

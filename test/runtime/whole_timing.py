@@ -30,7 +30,7 @@ SYSTEMD_STEPS = ("set-property", "reload")
 class Sample:
     def __init__(self, what, kind, seconds=None, timeline=None, daemon=None, after_end=None):
         self.what, self.kind, self.seconds = what, kind, seconds
-        self.daemon = daemon  # v2: the runtime's exit → the daemon's first attach after it
+        self.daemon = daemon  # the runtime's exit → the daemon's last grant before the GPU was back
         self.after_end = after_end  # the invocation's end (parent told) → whole, 0 if before
         # For a slow one: [(label, t)] from the step's begin (the denial, the exits, the GPU back).
         self.timeline = timeline or []
@@ -74,7 +74,7 @@ def analyze(steps, end, joined, transitions, exits, names=None, grants=(), ends=
     """steps: [(what, begin)] of one container, in order; end: when the watcher left it;
     joined: when it joined (None: never); transitions: [(t, 0|1)]; exits: runtime exits, sorted
     (all of the cell's); names: {exit time: "runc 1234"} for the timelines; grants: the
-    daemon's attaches (v2), sorted; ends: {exit time: the invocation's end}. → [Sample], one
+    daemon's grants (v2: attaches; v1: rule writes), sorted; ends: {exit time: the invocation's end}. → [Sample], one
     per step."""
     names, ends = names or {}, ends or {}
     out = []
@@ -94,7 +94,9 @@ def analyze(steps, end, joined, transitions, exits, names=None, grants=(), ends=
             out.append(Sample(what, "denial", w - r))
         else:
             t_e = runtime_exit(exits, begin, r, w)
-            grant = next((g for g in grants if t_e is not None and t_e <= g <= w), None)
+            # The grant that made it whole: the daemon's last between the exit and the look
+            # (v1 writes a line per device; v2 may swap a scope's program and a sub-cgroup's).
+            grant = next((g for g in reversed(grants) if t_e is not None and t_e <= g <= w), None)
             if t_e is None:
                 # Back before any exit: the step's exits and the daemon's grants up to the next
                 # step tell an early grant (a grant, then the exit) from a lost trace record.
@@ -158,8 +160,9 @@ def self_test():
     expect("first exit after the denial",
            analyze([("update", 1.0)], 2.0, 0.5, [(0.5, 1), (1.1, 0), (1.3, 1)], [1.05, 1.2, 1.25]),
            [("update", "exit", 0.1)])
-    # v2: the daemon's attach between the exit and the tenant's look splits the time.
-    got = analyze([("update", 1.0)], 2.0, 0.5, [(0.5, 1), (1.1, 0), (1.3, 1)], [1.2], grants=[1.15, 1.25])
+    # The daemon's last grant between the exit and the tenant's look splits the time (v1: a
+    # write per device); one before the exit, or after the look, is not it.
+    got = analyze([("update", 1.0)], 2.0, 0.5, [(0.5, 1), (1.1, 0), (1.3, 1)], [1.2], grants=[1.15, 1.24, 1.25, 1.4])
     if [round(s.daemon, 6) for s in got] != [0.05]:
         failures.append("daemon's part: got %s" % [s.daemon for s in got])
     # From the invocation's end: the teardown after do_exit began is the runtime's; a GPU back
@@ -188,9 +191,14 @@ def self_test():
         "  runc-914 (  910) [000] d..2. 10.000550: signal_generate: sig=15 errno=0 code=0 comm=shim pid=5 grp=1 res=0",
         "  crun-900 (  900) [001] ..... 10.000600: sched_process_exit: comm=crun pid=900 prio=120 group_dead=true",
         "  runc-914 (  910) [000] d..2. 10.000900: signal_generate: sig=17 errno=0 code=1 comm=shim pid=5 grp=1 res=0",
+        "  gpu-devwatch-50 (   50) [001] ..... 10.001000: sys_bpf(cmd: 8, uattr: 0x7ffd77ef22c0, size: 0x100)",
+        "  gpu-devwatch-50 (   50) [001] ..... 10.001100: sys_write(fd: 1e, buf: 7ffce7cc9430, count: a)",
     ])
     state = TraceState()
-    got, ends = parse(trace, state)
+    grants = []
+    got, ends = parse(trace, state, grants)
+    if grants != [10.001, 10.0011]:
+        failures.append("the daemon's grants (an attach, a rule write): got %s" % grants)
     if got != [(10.0005, "runc", 910), (10.0006, "crun", 900)] or state.execed:
         failures.append("runtime exits: got %s, left %s" % (got, state.execed))
     if ends != {10.0005: 10.0009} or state.awaiting != {900: 10.0006}:
