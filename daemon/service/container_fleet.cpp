@@ -207,13 +207,13 @@ void ContainerFleet::upsert(const DiscoveredContainer& cg, bool check_new) {
   if (inserted && synced_ && w.is_gpu() && check_new) check(w, Clock::now());
 }
 
-void ContainerFleet::resolve(WatchedContainer& w, bool force, bool persist_now) {
+void ContainerFleet::resolve(WatchedContainer& w, bool force) {
   if (!force && w.resolved_generation == node_.generation()) return;
-  apply_target(w, node_.resolve(w.cgroup), persist_now);
+  apply_target(w, node_.resolve(w.cgroup));
   w.resolved_generation = node_.generation();
 }
 
-void ContainerFleet::apply_target(WatchedContainer& w, ContainerTarget target, bool persist_now) {
+void ContainerFleet::apply_target(WatchedContainer& w, ContainerTarget target) {
   const bool was_gpu = w.is_gpu();
   w.target = std::move(target);
   if (w.target.identity) {
@@ -243,7 +243,7 @@ void ContainerFleet::apply_target(WatchedContainer& w, ContainerTarget target, b
   // alone, ANDed with the rest: what it lacks is denied from that moment until a repair.
   // Added before any harm, the reload keeps it. (On v1 every reload briefly denies
   // everything anyway; there the grant is persisted after a repair.)
-  if (persist_now && is_gpu && access_ && access_->policy_in_programs()) persist(w);
+  if (is_gpu && access_ && access_->policy_in_programs()) persist(w);
 }
 
 void ContainerFleet::start_watching(WatchedContainer& w) {
@@ -321,16 +321,7 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   if (outcome.retry_at) schedule_retry(w, *outcome.retry_at - Clock::now(), trigger);
   if (outcome.prepare_next_grant && !prepare_timer_.armed())
     arm_timer(prepare_timer_, kPrepareGrantDelay, "prepare-grant", daemon_metrics_);
-  bool target_moved = false;
-  if (create_just_ended) {
-    target_moved = reread_after_create(w, trigger);
-  } else if (!outcome.granted.empty()) {
-    // The re-apply that revoked may have rewritten the scope's DeviceAllow= too (`runc
-    // update` resets it to the spec): its unit files are read again before persisting.
-    const auto target_before = w.target_gauge_inputs();
-    resolve(w, /*force=*/true);
-    target_moved = w.target_gauge_inputs() != target_before;
-  }
+  const bool target_moved = (create_just_ended || !outcome.granted.empty()) && reread_after_grant(w, trigger);
   if (!outcome.granted.empty()) persist(w, outcome.granted);
   // While `w` misses devices someone else's grant ends the drift: watched only then.
   watches_.watch_restoring_files(w, access_->restoring_rule_files());
@@ -339,19 +330,18 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   return true;
 }
 
-bool ContainerFleet::reread_after_create(WatchedContainer& w, Clock::time_point trigger) {
-  // A create that has ended has written all (the systemd driver's DevicePolicy= and
-  // DeviceAllow= drop-ins): read again, after the grant (on a 2-vCPU VM the bundle, unit
-  // files and allocation take ~0.17 ms, which the GPU would otherwise stay denied for), so
-  // that what DeviceAllow= lacks is persisted. The grant used what was read when the cgroup
-  // appeared: allocations do not change while a container is created, and a set that did
-  // grow is granted by a check of its own.
+bool ContainerFleet::reread_after_grant(WatchedContainer& w, Clock::time_point trigger) {
+  // Read again after the grant, not before (on a 2-vCPU VM the bundle, unit files and
+  // allocation take ~0.17 ms, which the GPU would otherwise stay denied for): a create that
+  // has ended has written all (the systemd driver's DevicePolicy= and DeviceAllow= drop-ins),
+  // and the re-apply that revoked may have rewritten the scope's DeviceAllow= (`runc update`
+  // resets it to the spec); what DeviceAllow= lacks is then persisted (apply_target). The
+  // grant used what was read before: allocations do not change while a container is
+  // created, and a set that did grow is granted by a check of its own.
   const auto target_before = w.target_gauge_inputs();
   const auto wanted_before = w.target.desired.wanted;
-  resolve(w, /*force=*/true, /*persist=*/false);
-  if (!w.is_gpu()) return w.target_gauge_inputs() != target_before;
-  if (access_->policy_in_programs()) persist(w);
-  if (w.target.desired.wanted != wanted_before) schedule_retry(w, Clock::duration::zero(), trigger);
+  resolve(w, /*force=*/true);
+  if (w.is_gpu() && w.target.desired.wanted != wanted_before) schedule_retry(w, Clock::duration::zero(), trigger);
   return w.target_gauge_inputs() != target_before;
 }
 

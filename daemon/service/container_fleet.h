@@ -83,19 +83,18 @@ class ContainerFleet final : public ContainerLister {
   void upsert(const DiscoveredContainer& cg, bool check_new);
   void remove(const std::string& cgroup_dir);
   // Re-resolves who the container is and what it must have, unless nothing it depends on
-  // changed since (NodeModel::generation()). `persist`: what DeviceAllow= lacks is added now
-  // (false: the caller persists after its grant).
-  void resolve(WatchedContainer& w, bool force, bool persist = true);
-  void apply_target(WatchedContainer& w, ContainerTarget target, bool persist = true);
+  // changed since (NodeModel::generation()); what DeviceAllow= lacks is persisted.
+  void resolve(WatchedContainer& w, bool force);
+  void apply_target(WatchedContainer& w, ContainerTarget target);
   void start_watching(WatchedContainer& w);
   void stop_watching(WatchedContainer& w);
   // One check of `w` and what its outcome asks for, unless it waits for a runtime's apply
   // to end (ApplyWaits; then it is made when the wait ends). `write_event`: it answers a
   // rule write or program change. true: what the gauges count moved, or the container went.
   bool check(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause = {}, bool write_event = false);
-  // After the check that followed a create's end: `w` read again and persisted; true when
-  // what the gauges count moved.
-  bool reread_after_create(WatchedContainer& w, Clock::time_point trigger);
+  // After a check that granted, or followed a create's end: `w` read again and persisted;
+  // true when what the gauges count moved.
+  bool reread_after_grant(WatchedContainer& w, Clock::time_point trigger);
   bool check_ids(Clock::time_point trigger, const std::vector<std::uint64_t>& cgroup_ids);
   bool check_dirs(Clock::time_point trigger, const std::vector<std::string>& dirs, bool write_event = false);
   // What the wait of a check of `w` goes by: the revoking writer the probe named since its

@@ -34,7 +34,7 @@ RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::stri
     step.deferred = true;
     return step;
   }
-  step.plan = plan_repair(state, all_missing ? desired.wanted : step.observed->missing, now, settings);
+  step.plan = plan_repair(state, missing, now, settings);
   if (step.plan.grant.empty()) return step;
   step.applied = access.grant(cgroup_dir, desired.wanted, step.plan.grant);
   step.settled = settle_grants(state, step.applied->devices, now, settings);
