@@ -60,6 +60,7 @@ const ConfigKey kKeys[] = {
     key("daemon.event_loop_fifo_priority", &C::daemon, &C::Daemon::event_loop_fifo_priority, cv::ZeroOrCount{1, 99}),
     key("daemon.event_loop_slice_us", &C::daemon, &C::Daemon::event_loop_slice_us,
         cv::ZeroOrCount{100, 100000}),  // EEVDF clamps a slice to 100 us .. 100 ms; 0: its default
+    key("daemon.grant_handover_us", &C::daemon, &C::Daemon::grant_handover_us, cv::ZeroOrCount{1, 1000}),
     key("daemon.program_query_interval", &C::daemon, &C::Daemon::program_query_interval, cv::Period{D{100}, D{3600000}}),
     key("daemon.resync_interval", &C::daemon, &C::Daemon::resync_interval, cv::Period{D{1000}, D{86400000}}),
     key("devices.control", &C::devices, &C::Devices::control, cv::NodeNames{}),

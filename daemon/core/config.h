@@ -134,6 +134,10 @@ struct Config {
     // 1-99: the event loop thread runs under SCHED_FIFO at that priority (watch/loop_slice.h):
     // its wake-ups no longer wait behind busy fair tasks; 0: it stays a fair task.
     std::uint32_t event_loop_fifo_priority = 0;
+    // After a grant the event loop thread sleeps this long (plus the kernel's timer slack)
+    // before it reports, once per loop turn: a task it preempted runs first
+    // (service/cpu_handover.h); 0: it reports at once.
+    std::uint32_t grant_handover_us = 30;
     bool operator==(const Daemon&) const = default;
   } daemon;
 

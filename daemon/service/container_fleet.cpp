@@ -307,6 +307,7 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   const auto before = w.repair_gauge_inputs();
   CheckCause gated = cause;
   if (settings_.mode == Mode::kEnforce && !cause.after_wait) gated.unread_records_fd = probe_.fd();
+  gated.pending_records_fd = probe_.fd();
   CheckOutcome outcome = repair_.check(*access_, w, trigger, gated);
   apply_waits_.release_ended();  // what the wait that let this check through held, after its grant
   if (outcome.deferred) {

@@ -14,6 +14,7 @@
 #include "kube/event_reporter.h"
 #include "service/attribution.h"
 #include "service/container_table.h"
+#include "service/cpu_handover.h"
 #include "service/repair_report.h"
 #include "service/repair_step.h"
 #include "watch/event_loop.h"
@@ -45,6 +46,9 @@ struct CheckCause {
   // The probe's records, when a look that finds devices missing while some wait unread
   // defers (RepairStep::deferred); -1: grant on what the look found.
   int unread_records_fd = -1;
+  // The probe's records (-1: none): after a grant the loop hands its CPU over for a moment
+  // (CpuHandover) unless some are waiting.
+  int pending_records_fd = -1;
   bool after_wait = false;  // the check a wait (or a deferral) held, made right after a read
 };
 
@@ -52,8 +56,8 @@ class RepairLoop {
  public:
   RepairLoop(const Config& config, const RepairSettings& settings, EventLoop& loop, ContainerTable& containers,
              Metrics& metrics, Attribution& attribution)
-      : settings_(settings), metrics_(metrics), daemon_metrics_(metrics), attribution_(attribution),
-        report_(config, loop, containers, metrics) {}
+      : config_(config), settings_(settings), loop_(loop), metrics_(metrics), daemon_metrics_(metrics),
+        attribution_(attribution), report_(config, loop, containers, metrics) {}
 
   void set_reporting(kube::EventReporter* events, bool probe_loaded) { report_.set_reporting(events, probe_loaded); }
 
@@ -69,7 +73,10 @@ class RepairLoop {
                         const Status& outcome);
 
  private:
+  const Config& config_;  // the running one: daemon.grant_handover_us follows a SIGHUP
   const RepairSettings& settings_;
+  EventLoop& loop_;
+  CpuHandover handover_;
   RepairMetrics metrics_;
   DaemonMetrics daemon_metrics_;
   Attribution& attribution_;

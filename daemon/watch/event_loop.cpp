@@ -161,6 +161,12 @@ int EventLoop::run() {
   return r < 0 ? 1 : r;
 }
 
+std::uint64_t EventLoop::iteration() const {
+  std::uint64_t n = 0;
+  (void)sd_event_get_iteration(event_, &n);
+  return n;
+}
+
 void EventLoop::exit(int code) { sd_event_exit(event_, code); }
 
 }  // namespace gdw

@@ -60,6 +60,8 @@ class EventLoop {
   bool watchdog_enabled() const;
 
   int run();
+  // How many turns the loop has made (sd-event's iteration): the same within one dispatch.
+  std::uint64_t iteration() const;
   void exit(int code);
   // For libraries that attach to sd-event themselves (sd-bus calls).
   sd_event* native() const { return event_; }

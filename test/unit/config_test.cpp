@@ -27,6 +27,7 @@ TEST(Config, EmptyDocumentGivesDefaults) {
   EXPECT_EQ(c->runtime.state_dirs.size(), 2u);
   EXPECT_EQ(c->daemon.resync_interval, Duration(60000));
   EXPECT_EQ(c->daemon.event_loop_slice_us, 100u);
+  EXPECT_EQ(c->daemon.grant_handover_us, 30u);
   EXPECT_EQ(c->daemon.event_loop_fifo_priority, 0u);
   EXPECT_EQ(c->probe.syscall_hook, SyscallHookPolicy::kAuto);
   EXPECT_EQ(c->probe.syscall_hook_linger, Duration(30000));
@@ -136,6 +137,7 @@ daemon:
   resync_interval: 2m
   event_loop_slice_us: 0
   event_loop_fifo_priority: 1
+  grant_handover_us: 0
 metrics:
   listen: "127.0.0.1:9100"
 probe:
@@ -156,6 +158,7 @@ probe:
   EXPECT_EQ(c->daemon.resync_interval, Duration(120000));
   EXPECT_EQ(c->daemon.event_loop_slice_us, 0u);
   EXPECT_EQ(c->daemon.event_loop_fifo_priority, 1u);
+  EXPECT_EQ(c->daemon.grant_handover_us, 0u);
   EXPECT_EQ(c->metrics.listen, "127.0.0.1:9100");
   EXPECT_FALSE(c->probe.enabled);
   EXPECT_EQ(c->probe.syscall_hook, SyscallHookPolicy::kOnDrift);
@@ -181,6 +184,7 @@ TEST(Config, ErrorsNameTheKeyAndTheLine) {
       {"daemon:\n  resync_interval: 10\n", "bad.yaml:2: daemon.resync_interval: duration '10' needs a unit"},
       {"daemon:\n  resync_interval: 10ms\n", "bad.yaml:2: daemon.resync_interval: must be between 1s and"},
       {"daemon:\n  event_loop_slice_us: 50\n", "bad.yaml:2: daemon.event_loop_slice_us: must be 0 or between 100 and 100000, got 50"},
+      {"daemon:\n  grant_handover_us: 1001\n", "bad.yaml:2: daemon.grant_handover_us: must be between 0 and 1000"},
       {"daemon:\n  event_loop_slice_us: 200000\n", "bad.yaml:2: daemon.event_loop_slice_us: must be between 0 and 100000"},
       {"daemon:\n  event_loop_fifo_priority: 100\n", "bad.yaml:2: daemon.event_loop_fifo_priority: must be between 0 and 99"},
       {"metrics:\n  listen: 0.0.0.0:70000\n", "bad.yaml:2: metrics.listen: port must be 1-65535"},
