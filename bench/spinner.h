@@ -73,6 +73,11 @@ struct SpinSample {
   std::string error;     // otherwise: why (a failed step, the timeout, an unexpected errno)
   double reaction_us = 0, window_us = 0;
   double from_exit_us = -1;        // runtime_process: the re-applier's exit -> the first allowed open (-1: none)
+  // runtime_process: that open had returned before the re-applier's exit, so the device was
+  // allowed before it. (An open that only started before the exit proves nothing: seen in a
+  // trace, an open the exiting runtime preempted on its CPU started 54 us before the exit
+  // stamp and was checked after the daemon's grant, 139 us after it.)
+  bool allowed_before_exit = false;
   long long eperm = 0;             // EPERM opens seen before the first allowed one
   std::uint32_t program_id = 0;    // v2: the program the re-apply attached
 };
@@ -85,7 +90,7 @@ struct SpinReport {
   char step[16] = {};
   int final_errno = 0;  // of the open that ended the loop (0: a descriptor)
   int timed_out = 0;
-  long long harm_start_ns = 0, applied_ns = 0, allowed_ns = 0, eperm = 0, exit_ns = 0;
+  long long harm_start_ns = 0, applied_ns = 0, allowed_ns = 0, allowed_end_ns = 0, eperm = 0, exit_ns = 0;
   std::uint32_t program_id = 0;
 };
 
@@ -201,6 +206,7 @@ inline Reapply reapply_for_spinner(const SpinTarget& t, ReapplyStyle style, cons
     if (fd >= 0) ::close(fd);
     if (err != EPERM) {
       rep.allowed_ns = steady_ns(started);
+      rep.allowed_end_ns = steady_ns(at);
       rep.final_errno = err;
       reap_child();
       finish();
@@ -254,6 +260,7 @@ inline SpinSample spin_once(const SpinTarget& t, ReapplyStyle style, const SpinO
     s.reaction_us = static_cast<double>(rep.allowed_ns - rep.applied_ns) / 1e3;
     s.window_us = static_cast<double>(rep.allowed_ns - rep.harm_start_ns) / 1e3;
     if (rep.exit_ns != 0) s.from_exit_us = static_cast<double>(rep.allowed_ns - rep.exit_ns) / 1e3;
+    s.allowed_before_exit = rep.exit_ns != 0 && rep.allowed_end_ns < rep.exit_ns;
   }
   return s;
 }
