@@ -5,8 +5,9 @@
 // slice preempts it as the call returns). On a node whose tasks share CPUs that task, or a
 // GPU tenant queued behind it, would then wait for the whole repair: the grant, and after
 // it the grant's own look, the log line, the metrics and the writer's attribution (on a
-// 2-vCPU VM about 60 % of the burst). A short sleep right after the grant lets it run first
-// and find its devices back; the report follows. Once per loop turn, and not while the
+// 2-vCPU VM about 65 % of the burst came after the attach). A short sleep once the grant
+// is made (v2: after the grant's own look, which is part of it) lets it run first and find
+// its devices back; the report follows. Once per loop turn, and not while the
 // probe has records waiting (another repair is due at once): bounded, whatever a tenant
 // does. Figures: docs/performance.md, "Handing the CPU back after a grant".
 #pragma once
