@@ -12,7 +12,6 @@ bool CpuHandover::after_grant(std::chrono::microseconds pause, std::uint64_t loo
   struct pollfd p{wake_fd, POLLIN, 0};  // a negative fd is ignored: a plain sleep
   if (wake_fd >= 0 && ::poll(&p, 1, 0) > 0) return false;
   last_turn_ = loop_turn;
-  ++handovers_;
   // ppoll, not nanosleep: a probe record (another container's harm) ends the pause early.
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(pause).count();
   struct timespec timeout{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};

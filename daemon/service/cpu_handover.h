@@ -24,11 +24,9 @@ class CpuHandover {
   // `loop_turn`: the event loop's iteration; `wake_fd`: readable when other work is due (the
   // probe's records; -1: none). Returns whether it slept.
   bool after_grant(std::chrono::microseconds pause, std::uint64_t loop_turn, int wake_fd);
-  std::uint64_t handovers() const { return handovers_; }
 
  private:
   std::optional<std::uint64_t> last_turn_;
-  std::uint64_t handovers_ = 0;
 };
 
 }  // namespace gdw

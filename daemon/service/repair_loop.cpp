@@ -1,7 +1,5 @@
 #include "service/repair_loop.h"
 
-#include <algorithm>
-
 #include "log/log.h"
 
 namespace gdw {
@@ -26,10 +24,6 @@ std::optional<AttachedProgram> attached_program(const CheckCause& cause, Mode mo
   return AttachedProgram{change->prog_id, change->flags};
 }
 
-bool any_granted(const GrantReport& report) {
-  return std::any_of(report.devices.begin(), report.devices.end(), [](const auto& d) { return d.outcome.ok(); });
-}
-
 }  // namespace
 
 CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock::time_point trigger,
@@ -43,7 +37,7 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
   RepairStep step = repair_once(access, w.repair, w.cgroup.cgroup_dir, w.target.desired, now, settings_,
                                 all_denied_seen, attached ? &*attached : nullptr, cause.unread_records_fd);
   const auto done = Clock::now();  // the grant, if any, is written: what follows is reporting
-  if (step.applied && any_granted(*step.applied))
+  if (!step.settled.granted.empty())
     handover_.after_grant(std::chrono::microseconds(config_.daemon.grant_handover_us), loop_.iteration(),
                           cause.pending_records_fd);
   if (step.deferred) {
