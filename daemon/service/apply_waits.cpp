@@ -40,6 +40,11 @@ void ApplyWaits::take_writer(Held& h, pid_t pid) {
   h.pid = pid;
 }
 
+pid_t ApplyWaits::writer(const std::string& dir) const {
+  const auto it = held_.find(dir);
+  return it != held_.end() && it->second.pidfd.valid() ? it->second.pid : 0;
+}
+
 bool ApplyWaits::writer_running(Held& h) {
   if (!h.pidfd.valid()) return false;
   if (!exited(h.pidfd.get())) return true;

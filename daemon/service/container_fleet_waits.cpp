@@ -30,9 +30,11 @@ bool ContainerFleet::must_wait(WatchedContainer& w, Clock::time_point trigger, c
                                bool write_event) {
   const ApplyWaits::Request r = apply_wait_request(w, trigger, cause, write_event);
   if (!apply_waits_.wait(w, r)) return false;
-  // The probe sees the writer's exit start, ~0.3 ms before its pidfd (bench/wake_trace.py).
-  // It awaited the writer when it named it; put it back in case the LRU table dropped it.
-  if (r.writer) probe_.await_writer_exit(r.writer);
+  // The probe sees the writer's exit start, ~0.3 ms before its pidfd (bench/wake_trace.py;
+  // the kernel tears the process down in between). Whatever writer the wait holds is awaited:
+  // one a record named (put back in case the LRU table dropped it), and a create's runtime
+  // known only by its pid file (systemd's scope, attached before the probe watched it).
+  if (const pid_t writer = apply_waits_.writer(w.cgroup.cgroup_dir)) probe_.await_writer_exit(writer);
   prepare_grant(cause);
   return true;
 }

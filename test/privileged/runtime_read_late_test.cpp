@@ -8,7 +8,10 @@
 // watch the cgroup: only the probe's record of the mkdir, or the first process's parent,
 // names the runtime. Its grant must wait until the runtime exits, then come at once.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -83,6 +86,79 @@ TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidF
   EXPECT_GE(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "writer_exit"}}), 1) << daemon.metrics();
   EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
 }
+
+// Under the systemd driver systemd makes the scope and runc attaches there, maybe before the
+// probe watches it: no record names runc, only the create's pid file (the first process's
+// parent) does. Its exit must still be seen as it starts (the probe's exit record), not only
+// at its pidfd, which the kernel makes readable once it has torn the process down: 1.3 ms
+// after the exit for a Go runc in the CRI matrix; here the runtime's 1 GiB of touched memory
+// makes that tens of milliseconds, so a grant at the pidfd is told from one at the exit.
+// (On v1 the probe records a rule write in any cgroup, so its record names the runtime as
+// well: the same must hold there.)
+class RuntimeExitSeen : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RuntimeExitSeen, ACreateKnownOnlyByItsPidFileIsGrantedAtItsRuntimesExitNotAfterItsTeardown) {
+  const bool v2 = GetParam();
+  if (::geteuid() != 0 || !SandboxNode::available(v2) || (v2 && !SandboxNode::v2_unavailable_reason().empty()))
+    GTEST_SKIP() << "needs root and the cgroup " << (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
+  SandboxNode::Options options;
+  options.v2 = v2;
+  options.systemd_naming = true;
+  options.tag = "exit-seen";
+  SandboxNode node(options);
+  const std::string pod_uid = random_uuid();
+  node.allocate(pod_uid, "cuda", {node.gpu_uuid(0)});
+  node.write_checkpoint();
+  DaemonHarness daemon(node);
+  ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
+
+  // Stopped while the runtime applies: its attach (or rule writes) in the new scope is never
+  // recorded against it.
+  const pid_t daemon_pid = daemon.process().pid();
+  ASSERT_EQ(::kill(daemon_pid, SIGSTOP), 0);
+  SandboxContainerSpec spec;
+  spec.pod_uid = pod_uid;
+  spec.container_name = "cuda";
+  spec.device_ids = {node.gpu_uuid(0)};
+  spec.in_checkpoint = false;
+  const SandboxContainer* made = nullptr;
+  try {
+    made = &node.add_container_in_create(spec, "runc", SandboxNode::CreateShape::kSystemdScope, /*runtime_mb=*/1024);
+  } catch (const std::exception& e) {
+    ::kill(daemon_pid, SIGCONT);
+    FAIL() << e.what();
+  }
+  const SandboxContainer& c = *made;
+  ASSERT_EQ(::kill(daemon_pid, SIGCONT), 0);
+  // The daemon finds the pid file and waits for the runtime that wrote it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted inside the runtime's apply\n" << daemon.output();
+
+  const int runtime_pidfd = static_cast<int>(::syscall(SYS_pidfd_open, c.runtime, 0));
+  ASSERT_GE(runtime_pidfd, 0);
+  node.release_lingering(c.runtime);
+  bool granted = false, torn_down = false;
+  int looks = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!granted && std::chrono::steady_clock::now() < until) {
+    struct pollfd p{runtime_pidfd, POLLIN, 0};
+    torn_down = ::poll(&p, 1, 0) > 0;  // looked at before the open: a grant seen after is no earlier
+    granted = node.open_errno(c, "nvidia0") == ENXIO;
+    if (!granted && torn_down) break;
+    ++looks;
+  }
+  ::close(runtime_pidfd);
+  node.finish_runtime(c);
+  EXPECT_TRUE(granted && !torn_down) << (granted ? "granted only once the runtime's pidfd said it had exited"
+                                                 : "not granted before the runtime's pidfd said it had exited")
+                                     << " (" << looks << " looks)\n"
+                                     << daemon.output();
+  EXPECT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << daemon.output();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
+}
+
+INSTANTIATE_TEST_SUITE_P(CgroupVersions, RuntimeExitSeen, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "V2" : "V1"; });
 
 // A re-apply (runc update, a second start) read late beside another writer's: the runtime
 // re-applies and lives on, and a writer that is no runtime (as systemd's re-apply, repaired

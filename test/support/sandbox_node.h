@@ -127,13 +127,20 @@ class SandboxNode {
   // first process there (its child, as runc's init is) and writes that pid in the pid file;
   // then it lives on, its apply not ended, until finish_runtime(). The GPU is not in the
   // spec: only the daemon grants it.
-  const SandboxContainer& add_container_in_create(SandboxContainerSpec spec, const char* comm, CreateShape shape);
+  // `runtime_mb`: the runtime first touches that much memory of its own, which the kernel
+  // tears down at its exit after the probe sees the exit start and before its pidfd says so
+  // (a Go runtime's teardown, made long enough to tell the two apart).
+  const SandboxContainer& add_container_in_create(SandboxContainerSpec spec, const char* comm, CreateShape shape,
+                                                  std::size_t runtime_mb = 0);
   // A runtime's re-apply of `c` (runc update, a second start: reapply_spec()) from a child
   // process calling itself `comm`, which then lives on, its apply not ended, until
   // finish_lingering(pid). Its pid.
   pid_t start_lingering_reapply(const SandboxContainer& c, const char* comm);
   // A process of start_lingering_reapply() or add_container_in_create() exits (waited for).
   void finish_lingering(pid_t pid);
+  // Tells a process of start_lingering*() to exit and returns at once; finish_lingering()
+  // waits for it.
+  void release_lingering(pid_t pid);
   // The runtime of add_container_in_create() exits (and is waited for); no-op otherwise.
   void finish_runtime(const SandboxContainer& c);
   // Kills the container's process and removes its cgroup and bundle (checkpoint untouched).
@@ -200,7 +207,8 @@ class SandboxNode {
   std::vector<SandboxContainerSpec> external_allocations_;  // stable references for callers
   // A child calling itself `comm` runs `work`, reports its answer (> 0: done), then lives on
   // until finish_lingering(). {its pid, the answer}.
-  std::pair<pid_t, pid_t> start_lingering(const char* comm, const std::function<pid_t()>& work);
+  std::pair<pid_t, pid_t> start_lingering(const char* comm, const std::function<pid_t()>& work,
+                                          std::size_t touched_mb = 0);
   std::map<pid_t, int> lingering_;  // pid → what ends it
 };
 

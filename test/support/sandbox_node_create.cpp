@@ -1,10 +1,12 @@
 // SandboxNode: a container whose runtime's create has not ended (sandbox_node.h).
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -57,7 +59,7 @@ pid_t SandboxNode::apply_as_runtime(const std::string& rel, bool make, const std
 }
 
 const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpec spec, const char* comm,
-                                                             CreateShape shape) {
+                                                             CreateShape shape, std::size_t runtime_mb) {
   spec.with_bundle = true;
   SandboxContainer c = new_container(std::move(spec));
   if (c.spec.runtime != RuntimeKind::kContainerd) throw std::runtime_error("a create in progress is containerd's");
@@ -71,7 +73,8 @@ const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpe
   const std::string apply_rel = c.process_rel.empty() ? c.cgroup_rel : c.process_rel;
   const bool make = shape != CreateShape::kSystemdScope;
   const std::string pid_file = state_dir() + "/" + c.id + "/init.pid";
-  const auto [pid, first] = start_lingering(comm, [&] { return apply_as_runtime(apply_rel, make, pid_file); });
+  const auto [pid, first] =
+      start_lingering(comm, [&] { return apply_as_runtime(apply_rel, make, pid_file); }, runtime_mb);
   c.runtime = pid;
   c.sleeper = first;
   if (first > 0) cgroups_.adopt_sleeper(first);  // killed by PID with the cgroup
@@ -80,7 +83,8 @@ const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpe
   return containers_.back();
 }
 
-std::pair<pid_t, pid_t> SandboxNode::start_lingering(const char* comm, const std::function<pid_t()>& work) {
+std::pair<pid_t, pid_t> SandboxNode::start_lingering(const char* comm, const std::function<pid_t()>& work,
+                                                     std::size_t touched_mb) {
   int ready[2], hold[2];
   if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(hold, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   const pid_t pid = ::fork();
@@ -90,6 +94,11 @@ std::pair<pid_t, pid_t> SandboxNode::start_lingering(const char* comm, const std
     ::close(hold[1]);
     ::prctl(PR_SET_NAME, comm);
     pid_t answer = -1;
+    if (touched_mb > 0) {  // never unmapped: the kernel's to tear down at the exit
+      void* touched = ::mmap(nullptr, touched_mb << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (touched == MAP_FAILED) _exit(1);
+      std::memset(touched, 1, touched_mb << 20);
+    }
     try {
       answer = work();
     } catch (const std::exception&) {
@@ -108,11 +117,18 @@ std::pair<pid_t, pid_t> SandboxNode::start_lingering(const char* comm, const std
   return {pid, answer};
 }
 
+void SandboxNode::release_lingering(pid_t pid) {
+  const auto it = lingering_.find(pid);
+  if (it == lingering_.end() || it->second < 0) return;
+  (void)!::write(it->second, "x", 1);  // a byte: processes forked since (sleepers) hold the pipe too
+  ::close(it->second);
+  it->second = -1;
+}
+
 void SandboxNode::finish_lingering(pid_t pid) {
   const auto it = lingering_.find(pid);
   if (it == lingering_.end()) return;
-  (void)!::write(it->second, "x", 1);  // a byte: processes forked since (sleepers) hold the pipe too
-  ::close(it->second);
+  release_lingering(pid);
   ::waitpid(pid, nullptr, 0);
   lingering_.erase(it);
 }
