@@ -47,7 +47,9 @@ ApplyWaitDecision decide_apply_wait(ApplyWaitState& state, const ApplyWaitInputs
   if (now >= limit) return end_wait(state, ApplyWaitReason::kLimit);
   state.since = since;
   if (writer_running) return keep_waiting(state, ApplyWaitReason::kWriterExit, limit, limit);
-  if (in.create_pending) return keep_waiting(state, ApplyWaitReason::kCreate, now + settings.create_poll, limit);
+  if (in.create_pending)
+    return keep_waiting(state, ApplyWaitReason::kCreate,
+                        now + (in.create_watched ? settings.create_poll_watched : settings.create_poll), limit);
   return keep_waiting(state, ApplyWaitReason::kQuiet, state.quiet_until, limit);
 }
 

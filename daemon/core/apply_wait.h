@@ -36,8 +36,11 @@ struct ApplyWaitSettings {
   Clock::duration limit = std::chrono::seconds(1);       // repair.apply_wait_limit; 0: never wait
   Clock::duration quiet = std::chrono::milliseconds(5);  // repair.apply_quiet
   // While a create is pending its pid file is looked for this often (a writer's exit, when
-  // the probe names one, ends the wait at once).
+  // the probe names one, ends the wait at once) ...
   Clock::duration create_poll = std::chrono::milliseconds(2);
+  // ... or this often where the pid file's directory is watched (inotify says when the
+  // runtime writes it, while it still runs: the look is a fallback only).
+  Clock::duration create_poll_watched = std::chrono::milliseconds(100);
 };
 
 // What the caller found out for one check.
@@ -46,6 +49,7 @@ struct ApplyWaitInputs {
   // running, when writer_waited_for() its name.
   std::optional<pid_t> live_writer;
   bool create_pending = false;  // the runtime's create has not ended
+  bool create_watched = false;  // ... and its pid file's directory is watched
   bool unnamed_write = false;   // this check answers a write whose writer nobody named
 };
 

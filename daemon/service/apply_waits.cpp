@@ -141,6 +141,7 @@ bool ApplyWaits::wait_or_hold(WatchedContainer& w, const Request& r, bool keep) 
     return false;
   }
   in.create_pending = creating;
+  in.create_watched = w.create_wd >= 0;
   in.unnamed_write = r.unnamed_write;
   const auto now = Clock::now();
   const ApplyWaitDecision d = decide_apply_wait(w.apply_wait, in, r.trigger, now, settings_);
@@ -188,6 +189,11 @@ std::optional<ApplyWaits::Kept> ApplyWaits::take(const std::string& dir) {
   auto it = held_.find(dir);
   if (it == held_.end() || !it->second.kept) return std::nullopt;
   return std::exchange(it->second.kept, std::nullopt);
+}
+
+bool ApplyWaits::keeps(const std::string& dir) const {
+  const auto it = held_.find(dir);
+  return it != held_.end() && it->second.kept;
 }
 
 void ApplyWaits::ended(const WatchedContainer& w, const Held& h, const ApplyWaitDecision& d) {

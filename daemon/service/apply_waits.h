@@ -57,6 +57,8 @@ class ApplyWaits {
     std::optional<DeviceProgramEvent> program_change;
   };
   std::optional<Kept> take(const std::string& dir);
+  // Whether a check of `dir` waits (its trigger kept for the check that follows).
+  bool keeps(const std::string& dir) const;
   // No more waits for `dir`: what it held is let go at release_ended() (a due() may run in
   // that very wait's callback).
   void forget(const std::string& dir);

@@ -162,6 +162,15 @@ void ContainerFleet::on_container_events() {
   for (const auto& parent : events.parent_denies)
     for (const auto& [dir, w] : containers_)
       if (dir.rfind(parent + "/", 0) == 0) dirs.push_back(dir);
+  // A runtime wrote a file beside its create's pid file, while that create is waited for:
+  // its end is looked at now rather than at the wait's next look, so that the runtime,
+  // still running, is waited for by its exit.
+  for (const auto& file : events.create_files) {
+    const WatchedContainer* w = containers_.find(file.cgroup_dir);
+    if (!w || w->create_ended || !apply_waits_.keeps(file.cgroup_dir)) continue;
+    if (file.name == std::string_view(w->create_marker).substr(w->create_marker.rfind('/') + 1))
+      check_held(file.cgroup_dir);
+  }
   for (const auto& change : events.tree) {
     if (change.created)
       dir_created(change.path);
@@ -225,6 +234,9 @@ void ContainerFleet::apply_target(WatchedContainer& w, ContainerTarget target) {
   const bool is_gpu = w.is_gpu();
   if (w.appeared_while_running && !w.create_ended && w.create_marker.empty() && w.target.bundle)
     w.create_marker = create_pid_file(*w.target.bundle);
+  // Watched before its first look (a stat), so that no write of the pid file goes unseen.
+  if (is_gpu && settings_.mode == Mode::kEnforce && !w.create_ended && !w.create_marker.empty())
+    watches_.watch_create(w, w.create_marker);
   if (is_gpu && w.cgroup_id == 0) {
     struct stat st{};
     if (::stat(w.cgroup.cgroup_dir.c_str(), &st) == 0) containers_.set_cgroup_id(w, st.st_ino);
@@ -302,7 +314,9 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   if (!access_ || !w.is_gpu()) return false;
   // Never inside a runtime's own apply: observe mode writes nothing, so it never waits.
   const bool creating = !w.create_ended && !w.create_marker.empty();
-  if (settings_.mode == Mode::kEnforce && must_wait(w, trigger, cause, write_event)) return false;
+  const bool waits = settings_.mode == Mode::kEnforce && must_wait(w, trigger, cause, write_event);
+  if (w.create_ended) watches_.unwatch_create(w);
+  if (waits) return false;
   const bool create_just_ended = creating && w.create_ended;
   const auto before = w.repair_gauge_inputs();
   CheckCause gated = cause;

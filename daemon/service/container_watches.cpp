@@ -51,7 +51,22 @@ void ContainerWatches::watch_restoring_files(WatchedContainer& w, const std::vec
   if (wanted) w.restoring_wds = watch_files(*watches_, w, files);
 }
 
+void ContainerWatches::watch_create(WatchedContainer& w, const std::string& marker) {
+  if (w.create_wd >= 0) return;
+  const std::size_t slash = marker.rfind('/');
+  if (slash == std::string::npos || slash == 0) return;
+  w.create_wd = watches_->add(marker.substr(0, slash), IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR,
+                              {WatchTarget::kCreateDir, w.cgroup.cgroup_dir});
+}
+
+void ContainerWatches::unwatch_create(WatchedContainer& w) {
+  if (w.create_wd < 0) return;
+  watches_->drop(w.create_wd);
+  w.create_wd = -1;
+}
+
 void ContainerWatches::unwatch(WatchedContainer& w) {
+  unwatch_create(w);
   for (int wd : w.wds) watches_->drop(wd);
   for (int wd : w.restoring_wds) watches_->drop(wd);
   w.wds.clear();
@@ -72,6 +87,9 @@ ContainerEvents ContainerWatches::read() {
         break;
       case WatchTarget::kParentDenyFile:
         out.parent_denies.push_back(target.path);
+        break;
+      case WatchTarget::kCreateDir:
+        if (!ev.name.empty()) out.create_files.push_back({target.path, ev.name});
         break;
       case WatchTarget::kTreeDir:
         if ((ev.mask & IN_ISDIR) && !ev.name.empty())

@@ -28,6 +28,12 @@ struct ContainerEvents {
     bool created;
   };
   std::vector<TreeChange> tree;
+  // A file written in the bundle directory of a container in create (maybe its pid file).
+  struct CreateFile {
+    std::string cgroup_dir;
+    std::string name;
+  };
+  std::vector<CreateFile> create_files;
   // Only rule files were written (a storm's revoke-and-repair): nothing was added, dropped
   // or re-resolved.
   bool only_rule_writes() const { return !overflow && parent_denies.empty() && tree.empty(); }
@@ -46,6 +52,10 @@ class ContainerWatches {
   void watch_rule_files(WatchedContainer& w, const std::vector<std::string>& files);
   // While `w` misses devices, and only then, the files whose writes can only restore.
   void watch_restoring_files(WatchedContainer& w, const std::vector<std::string>& files);
+  // While `w`'s create has not ended: the directory of its pid file `marker` (a runtime
+  // renames it into place, runc, or writes it there, crun).
+  void watch_create(WatchedContainer& w, const std::string& marker);
+  void unwatch_create(WatchedContainer& w);
   // Every watch of `w`.
   void unwatch(WatchedContainer& w);
   void clear();

@@ -14,8 +14,8 @@ namespace gdw {
 
 // What a watch descriptor is for.
 struct WatchTarget {
-  enum Kind { kContainerFile, kTreeDir, kParentDenyFile, kCheckpointDir, kBundleDir, kDevDir, kCdiDir } kind;
-  std::string path;  // the directory concerned
+  enum Kind { kContainerFile, kTreeDir, kParentDenyFile, kCheckpointDir, kBundleDir, kDevDir, kCdiDir, kCreateDir } kind;
+  std::string path;  // the directory concerned (kCreateDir: the container's cgroup, its bundle's is watched)
   // kContainerFile: the container's cgroup id when known (it never changes for a watched
   // container): an event resolves by it, no path copied or hashed on a storm's hot path.
   std::uint64_t cgroup_id = 0;

@@ -51,6 +51,7 @@ struct WatchedContainer {
   // Watches: set up as a GPU container (logged, its rule files watched, the probe told).
   bool watching = false;
   std::vector<int> wds;
+  int create_wd = -1;  // the bundle directory, while its create's pid file is not there
   std::vector<int> restoring_wds;  // while devices are missing (DeviceAccess::restoring_rule_files)
 
   // Never act inside a runtime's apply (core/apply_wait.h): the wait's state; for a

@@ -123,7 +123,7 @@ TEST_P(RuntimeExitSeen, ACreateKnownOnlyByItsPidFileIsGrantedAtItsRuntimesExitNo
   spec.in_checkpoint = false;
   const SandboxContainer* made = nullptr;
   try {
-    made = &node.add_container_in_create(spec, "runc", SandboxNode::CreateShape::kSystemdScope, /*runtime_mb=*/1024);
+    made = &node.add_container_in_create(spec, "runc", SandboxNode::CreateShape::kSystemdScope, {.touched_mb = 1024});
   } catch (const std::exception& e) {
     ::kill(daemon_pid, SIGCONT);
     FAIL() << e.what();
@@ -158,6 +158,74 @@ TEST_P(RuntimeExitSeen, ACreateKnownOnlyByItsPidFileIsGrantedAtItsRuntimesExitNo
 }
 
 INSTANTIATE_TEST_SUITE_P(CgroupVersions, RuntimeExitSeen, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "V2" : "V1"; });
+
+// A create's end seen as it comes: the runtime (named by no record: its attach or rule writes
+// were made while the daemon did not run, in a scope made for it) writes its pid file only as
+// it exits, as runc does at the end of `runc create`. The daemon watches the pid file's
+// directory: the GPU is back at once, not at its next look for the file (a fallback, 100 ms
+// apart while the directory is watched).
+class CreateEndSeen : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CreateEndSeen, TheGpuIsBackRightAfterTheRuntimeWritesItsPidFileAndExits) {
+  const bool v2 = GetParam();
+  if (::geteuid() != 0 || !SandboxNode::available(v2) || (v2 && !SandboxNode::v2_unavailable_reason().empty()))
+    GTEST_SKIP() << "needs root and the cgroup " << (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
+  SandboxNode::Options options;
+  options.v2 = v2;
+  options.systemd_naming = true;
+  options.tag = "create-end";
+  SandboxNode node(options);
+  constexpr int kCreates = 5;
+  std::vector<std::string> pods;
+  for (int i = 0; i < kCreates; ++i) {
+    pods.push_back(random_uuid());
+    node.allocate(pods.back(), "cuda", {node.gpu_uuid(0)});
+  }
+  node.write_checkpoint();
+  DaemonHarness daemon(node);
+  ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
+
+  std::vector<double> back_ms;
+  for (int i = 0; i < kCreates; ++i) {
+    const pid_t daemon_pid = daemon.process().pid();
+    ASSERT_EQ(::kill(daemon_pid, SIGSTOP), 0);
+    SandboxContainerSpec spec;
+    spec.pod_uid = pods[i];
+    spec.container_name = "cuda";
+    spec.device_ids = {node.gpu_uuid(0)};
+    spec.in_checkpoint = false;
+    const SandboxContainer* made = nullptr;
+    try {
+      made = &node.add_container_in_create(spec, "runc", SandboxNode::CreateShape::kSystemdScope,
+                                           {.pid_file_at_exit = true});
+    } catch (const std::exception& e) {
+      ::kill(daemon_pid, SIGCONT);
+      FAIL() << e.what();
+    }
+    const SandboxContainer& c = *made;
+    ASSERT_EQ(::kill(daemon_pid, SIGCONT), 0);
+    // The daemon's looks find no pid file. Let go 20 ms later each time: were the grant to
+    // come at a look, 100 ms apart, some of the five would wait more than 30 ms for it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(250 + 20 * i));
+    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted before the create ended\n" << daemon.output();
+
+    const auto let_go = std::chrono::steady_clock::now();
+    node.release_lingering(c.runtime);  // writes the pid file and exits
+    bool back = false;
+    while (!back && std::chrono::steady_clock::now() - let_go < std::chrono::seconds(3))
+      back = node.open_errno(c, "nvidia0") == ENXIO;
+    back_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - let_go).count());
+    node.finish_runtime(c);
+    ASSERT_TRUE(back) << "not granted after the create ended\n" << daemon.output();
+  }
+  for (int i = 0; i < kCreates; ++i)
+    EXPECT_LT(back_ms[i], 30.0) << "create " << i << ": the GPU came back " << back_ms[i]
+                                << " ms after the runtime wrote its pid file and exited";
+  EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
+}
+
+INSTANTIATE_TEST_SUITE_P(CgroupVersions, CreateEndSeen, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "V2" : "V1"; });
 
 // A re-apply (runc update, a second start) read late beside another writer's: the runtime

@@ -89,6 +89,17 @@ struct SandboxContainer {
 // systemd and package tests) rather than by SandboxNode.
 std::string one_gpu_checkpoint(const std::string& pod_uid, const std::string& container, const std::string& gpu_uuid);
 
+// How the runtime of SandboxNode::add_container_in_create() behaves.
+struct RuntimeShape {
+  // The runtime first touches this much memory of its own, which the kernel tears down at
+  // its exit after the probe sees the exit start and before its pidfd says so (a Go
+  // runtime's teardown, made long enough to tell the two apart).
+  std::size_t touched_mb = 0;
+  // The pid file is written (renamed into place, as runc does) only when the runtime is
+  // let go (release_lingering()), right before it exits: the create ends then.
+  bool pid_file_at_exit = false;
+};
+
 class SandboxNode {
  public:
   struct Options {
@@ -127,11 +138,8 @@ class SandboxNode {
   // first process there (its child, as runc's init is) and writes that pid in the pid file;
   // then it lives on, its apply not ended, until finish_runtime(). The GPU is not in the
   // spec: only the daemon grants it.
-  // `runtime_mb`: the runtime first touches that much memory of its own, which the kernel
-  // tears down at its exit after the probe sees the exit start and before its pidfd says so
-  // (a Go runtime's teardown, made long enough to tell the two apart).
   const SandboxContainer& add_container_in_create(SandboxContainerSpec spec, const char* comm, CreateShape shape,
-                                                  std::size_t runtime_mb = 0);
+                                                  RuntimeShape runtime = {});
   // A runtime's re-apply of `c` (runc update, a second start: reapply_spec()) from a child
   // process calling itself `comm`, which then lives on, its apply not ended, until
   // finish_lingering(pid). Its pid.
@@ -196,7 +204,7 @@ class SandboxNode {
   // Its id and cgroup names, and its bundle written (with_bundle): no cgroup yet.
   SandboxContainer new_container(SandboxContainerSpec spec);
   // In the runtime's child process: `rel` made when `make`, the spec applied there, the
-  // first process started in it and `pid_file` written. Its pid, or -1.
+  // first process started in it and `pid_file` written (none: ""). Its pid, or -1.
   pid_t apply_as_runtime(const std::string& rel, bool make, const std::string& pid_file);
 
   Options options_;
@@ -207,8 +215,9 @@ class SandboxNode {
   std::vector<SandboxContainerSpec> external_allocations_;  // stable references for callers
   // A child calling itself `comm` runs `work`, reports its answer (> 0: done), then lives on
   // until finish_lingering(). {its pid, the answer}.
+  // `at_exit`: what the child does when let go, before it exits.
   std::pair<pid_t, pid_t> start_lingering(const char* comm, const std::function<pid_t()>& work,
-                                          std::size_t touched_mb = 0);
+                                          std::size_t touched_mb = 0, const std::function<void()>& at_exit = {});
   std::map<pid_t, int> lingering_;  // pid → what ends it
 };
 

@@ -54,12 +54,13 @@ pid_t SandboxNode::apply_as_runtime(const std::string& rel, bool make, const std
   ::close(ready[0]);
   if (!in) return -1;
   // The pid file, as a runtime writes it once the container's process is set up.
-  if (!write_runtime_file(pid_file, std::to_string(first), O_WRONLY | O_CREAT | O_TRUNC)) return -1;
+  if (!pid_file.empty() && !write_runtime_file(pid_file, std::to_string(first), O_WRONLY | O_CREAT | O_TRUNC))
+    return -1;
   return first;
 }
 
 const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpec spec, const char* comm,
-                                                             CreateShape shape, std::size_t runtime_mb) {
+                                                             CreateShape shape, RuntimeShape runtime) {
   spec.with_bundle = true;
   SandboxContainer c = new_container(std::move(spec));
   if (c.spec.runtime != RuntimeKind::kContainerd) throw std::runtime_error("a create in progress is containerd's");
@@ -73,8 +74,19 @@ const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpe
   const std::string apply_rel = c.process_rel.empty() ? c.cgroup_rel : c.process_rel;
   const bool make = shape != CreateShape::kSystemdScope;
   const std::string pid_file = state_dir() + "/" + c.id + "/init.pid";
-  const auto [pid, first] =
-      start_lingering(comm, [&] { return apply_as_runtime(apply_rel, make, pid_file); }, runtime_mb);
+  // Both run in the runtime's child: `first_there` is its copy's.
+  pid_t first_there = -1;
+  auto work = [&] {
+    first_there = apply_as_runtime(apply_rel, make, runtime.pid_file_at_exit ? "" : pid_file);
+    return first_there;
+  };
+  auto at_exit = [&] {
+    if (!runtime.pid_file_at_exit || first_there <= 0) return;
+    const std::string temporary = pid_file.substr(0, pid_file.rfind('/') + 1) + ".init.pid";
+    if (write_runtime_file(temporary, std::to_string(first_there), O_WRONLY | O_CREAT | O_TRUNC))
+      (void)::rename(temporary.c_str(), pid_file.c_str());
+  };
+  const auto [pid, first] = start_lingering(comm, work, runtime.touched_mb, at_exit);
   c.runtime = pid;
   c.sleeper = first;
   if (first > 0) cgroups_.adopt_sleeper(first);  // killed by PID with the cgroup
@@ -84,7 +96,7 @@ const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpe
 }
 
 std::pair<pid_t, pid_t> SandboxNode::start_lingering(const char* comm, const std::function<pid_t()>& work,
-                                                     std::size_t touched_mb) {
+                                                     std::size_t touched_mb, const std::function<void()>& at_exit) {
   int ready[2], hold[2];
   if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(hold, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   const pid_t pid = ::fork();
@@ -106,6 +118,7 @@ std::pair<pid_t, pid_t> SandboxNode::start_lingering(const char* comm, const std
     (void)!::write(ready[1], &answer, sizeof answer);
     char byte = 0;
     (void)!::read(hold[0], &byte, 1);  // until finish_lingering()
+    if (at_exit) at_exit();
     _exit(answer > 0 ? 0 : 1);
   }
   ::close(ready[1]);

@@ -65,6 +65,22 @@ TEST(ApplyWait, APendingCreateIsLookedAtAgainSoonAndEndsAsCreate) {
   EXPECT_EQ(*d.ended, ApplyWaitReason::kCreate);
 }
 
+TEST(ApplyWait, AWatchedPidFileIsLookedForOnlyAsAFallback) {
+  ApplyWaitState s;
+  ApplyWaitInputs in;
+  in.create_pending = true;
+  in.create_watched = true;
+  const ApplyWaitSettings settings;
+  auto d = decide_apply_wait(s, in, t0, t0, settings);
+  ASSERT_TRUE(d.wait);
+  EXPECT_EQ(d.recheck_at, t0 + settings.create_poll_watched);
+  EXPECT_GT(settings.create_poll_watched, settings.create_poll);
+  // Never past the limit.
+  d = decide_apply_wait(s, in, t0, t0 + settings.limit - milliseconds(1), settings);
+  ASSERT_TRUE(d.wait);
+  EXPECT_EQ(d.recheck_at, t0 + settings.limit);
+}
+
 TEST(ApplyWait, UnnamedWritesWaitUntilTheyGoQuiet) {
   ApplyWaitState s;
   ApplyWaitInputs write;
