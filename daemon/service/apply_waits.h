@@ -74,8 +74,8 @@ class ApplyWaits {
   // on a 2-vCPU VM) come after that check's grant rather than before it.
   void release_ended();
   std::size_t waiting() const { return held_.size(); }
-  // The writer a wait for `dir` holds while it runs (named by a record, or the runtime that
-  // wrote the create's pid file); 0: none.
+  // The writer a wait for `dir` holds while it runs (named by a record, a runtime that made
+  // the cgroup, or the runtime that wrote the create's pid file); 0: none.
   pid_t writer(const std::string& dir) const;
 
  private:

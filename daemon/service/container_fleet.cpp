@@ -162,9 +162,10 @@ void ContainerFleet::on_container_events() {
   for (const auto& parent : events.parent_denies)
     for (const auto& [dir, w] : containers_)
       if (dir.rfind(parent + "/", 0) == 0) dirs.push_back(dir);
-  // A runtime wrote a file beside its create's pid file, while that create is waited for:
-  // its end is looked at now rather than at the wait's next look, so that the runtime,
-  // still running, is waited for by its exit.
+  // A runtime wrote a file beside its create's pid file, while that create is waited for
+  // and no runtime is known to be at work on it (one that is ends the wait as it exits):
+  // its end is looked at now rather than at the wait's next look, so that the runtime that
+  // wrote it, still running, is waited for by its exit.
   for (const auto& file : events.create_files) {
     const WatchedContainer* w = containers_.find(file.cgroup_dir);
     if (!w || w->create_ended || !apply_waits_.keeps(file.cgroup_dir)) continue;
@@ -314,16 +315,14 @@ bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const
   if (!access_ || !w.is_gpu()) return false;
   // Never inside a runtime's own apply: observe mode writes nothing, so it never waits.
   const bool creating = !w.create_ended && !w.create_marker.empty();
-  const bool waits = settings_.mode == Mode::kEnforce && must_wait(w, trigger, cause, write_event);
-  if (w.create_ended) watches_.unwatch_create(w);
-  if (waits) return false;
+  if (settings_.mode == Mode::kEnforce && must_wait(w, trigger, cause, write_event)) return false;
   const bool create_just_ended = creating && w.create_ended;
   const auto before = w.repair_gauge_inputs();
-  CheckCause gated = cause;
-  if (settings_.mode == Mode::kEnforce && !cause.after_wait) gated.unread_records_fd = probe_.fd();
-  gated.pending_records_fd = probe_.fd();
-  CheckOutcome outcome = repair_.check(*access_, w, trigger, gated);
+  CheckCause with_records = cause;
+  with_records.records_fd = probe_.fd();
+  CheckOutcome outcome = repair_.check(*access_, w, trigger, with_records);
   apply_waits_.release_ended();  // what the wait that let this check through held, after its grant
+  if (w.create_ended) watches_.unwatch_create(w);  // also after the grant
   if (outcome.deferred) {
     if (create_just_ended) w.create_ended = false;  // looked at again, with its runtime
     apply_waits_.defer(w, trigger, cause.program_change);

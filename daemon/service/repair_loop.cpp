@@ -34,12 +34,13 @@ CheckOutcome RepairLoop::check(DeviceAccess& access, WatchedContainer& w, Clock:
   const bool all_denied_seen = w.all_denied_since_last_check();
   w.last_check = now;
   const std::optional<AttachedProgram> attached = attached_program(cause, settings_.mode);
+  const int defer_on_records = settings_.mode == Mode::kEnforce && !cause.after_wait ? cause.records_fd : -1;
   RepairStep step = repair_once(access, w.repair, w.cgroup.cgroup_dir, w.target.desired, now, settings_,
-                                all_denied_seen, attached ? &*attached : nullptr, cause.unread_records_fd);
+                                all_denied_seen, attached ? &*attached : nullptr, defer_on_records);
   const auto done = Clock::now();  // the grant, if any, is written: what follows is reporting
   if (!step.settled.granted.empty())
     handover_.after_grant(std::chrono::microseconds(config_.daemon.grant_handover_us), loop_.iteration(),
-                          cause.pending_records_fd);
+                          cause.records_fd);
   if (step.deferred) {
     out.deferred = true;
     return out;

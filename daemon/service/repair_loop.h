@@ -43,12 +43,11 @@ struct CheckCause {
   const Revocation* revocation = nullptr;
   const DeviceProgramEvent* program_change = nullptr;
   bool program_change_on_subgroup = false;  // made on crun's sub-cgroup of the container
-  // The probe's records, when a look that finds devices missing while some wait unread
-  // defers (RepairStep::deferred); -1: grant on what the look found.
-  int unread_records_fd = -1;
-  // The probe's records (-1: none): after a grant the loop hands its CPU over for a moment
-  // (CpuHandover) unless some are waiting.
-  int pending_records_fd = -1;
+  // The probe's records (-1: none), readable while some wait unread. In enforce mode a
+  // look that finds devices missing while some wait defers (RepairStep::deferred), unless
+  // the check comes right after a read (`after_wait`); after a grant the loop hands its CPU
+  // over for a moment (CpuHandover) unless some wait.
+  int records_fd = -1;
   bool after_wait = false;  // the check a wait (or a deferral) held, made right after a read
 };
 
