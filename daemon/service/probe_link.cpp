@@ -241,8 +241,10 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
         using T = std::decay_t<decltype(e)>;
         if constexpr (std::is_same_v<T, RuleWriteEvent>) {
           record_read(e.ktime_ns);
-          if (WatchedContainer* w = attribution_.rule_write(e)) batch.named.push_back(w->cgroup_id);
-          if (WatchedContainer* w = containers_.by_cgroup_id(e.target_cgroup_id)) note_writer(batch, w->cgroup_id, e.writer);
+          WatchedContainer* named = attribution_.rule_write(e);  // the container of target_cgroup_id
+          if (named) batch.named.push_back(named->cgroup_id);
+          if (WatchedContainer* w = named ? named : containers_.by_cgroup_id(e.target_cgroup_id))
+            note_writer(batch, w->cgroup_id, e.writer);
         } else if constexpr (std::is_same_v<T, RuleWriteResultEvent>) {
           attribution_.rule_write_result(e);
         } else if constexpr (std::is_same_v<T, DeviceProgramLoadEvent>) {

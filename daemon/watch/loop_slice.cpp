@@ -25,15 +25,16 @@ struct KernelSchedAttr {
 static_assert(sizeof(KernelSchedAttr) == 48);
 constexpr std::uint64_t kResetOnFork = 0x01;  // SCHED_FLAG_RESET_ON_FORK
 
-Result<KernelSchedAttr> get_attr() {
+Result<KernelSchedAttr> get_attr(pid_t tid = 0) {
   KernelSchedAttr attr{};
-  if (::syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0)
+  if (::syscall(SYS_sched_getattr, tid, &attr, sizeof attr, 0) != 0)
     return errno_error(errno, std::string("sched_getattr: ") + std::strerror(errno));
   return attr;
 }
 
 ThreadScheduling scheduling_of(const KernelSchedAttr& attr) {
-  return ThreadScheduling{attr.sched_policy, attr.sched_nice, attr.sched_runtime};
+  return ThreadScheduling{attr.sched_policy, attr.sched_nice, attr.sched_runtime, attr.sched_priority,
+                          (attr.sched_flags & kResetOnFork) != 0};
 }
 
 const char* policy_name(std::uint32_t policy) {
@@ -55,8 +56,8 @@ SliceDecision decide_slice(const ThreadScheduling& now) {
   return {true, {}};
 }
 
-Result<ThreadScheduling> read_thread_scheduling() {
-  auto attr = get_attr();
+Result<ThreadScheduling> read_thread_scheduling(pid_t tid) {
+  auto attr = get_attr(tid);
   if (!attr) return attr.error();
   return scheduling_of(*attr);
 }

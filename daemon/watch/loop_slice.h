@@ -10,6 +10,8 @@
 // Threads started later by the loop thread inherit the slice; they sleep nearly always.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -23,6 +25,8 @@ struct ThreadScheduling {
   std::uint32_t policy = 0;  // SCHED_OTHER, SCHED_BATCH, SCHED_IDLE, SCHED_FIFO, ...
   std::int32_t nice = 0;
   std::uint64_t slice_ns = 0;  // fair policies on 6.12+: the slice; 0 on older kernels
+  std::uint32_t priority = 0;  // SCHED_FIFO / SCHED_RR: the real-time priority
+  bool reset_on_fork = false;  // SCHED_FLAG_RESET_ON_FORK
 };
 
 // Whether a thread scheduled as `now` may have its slice set (pure): only under the default
@@ -33,7 +37,8 @@ struct SliceDecision {
 };
 SliceDecision decide_slice(const ThreadScheduling& now);
 
-Result<ThreadScheduling> read_thread_scheduling();
+// The calling thread's (`tid` 0), or thread `tid`'s.
+Result<ThreadScheduling> read_thread_scheduling(pid_t tid = 0);
 
 // Asks for `slice` on the calling thread (0: the kernel's default, also after a custom
 // one). The value is the slice the thread has afterwards (0 on kernels before 6.12); an

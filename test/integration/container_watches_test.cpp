@@ -6,6 +6,7 @@
 #include "service/container_table.h"
 
 #include <gtest/gtest.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -95,6 +96,40 @@ TEST_F(ContainerWatchesTest, AContainerUnwatchedIsHeardNoMore) {
   EXPECT_TRUE(a.wds.empty());
   test::write_file(a.cgroup.cgroup_dir + "/devices.deny", "a");
   EXPECT_TRUE(watches.read().rule_writes.empty());
+}
+
+// A create's pid file: renamed into place (runc) or written there (crun); the watch of its
+// directory hears both, named, and nothing once dropped.
+TEST_F(ContainerWatchesTest, AWatchedCreateHearsItsPidFileRenamedOrWrittenUntilUnwatched) {
+  WatchedContainer& a = container("pod1/a", 11);
+  const std::string bundle = tmp.mkdirs("state/k8s.io/a");
+  watches.watch_create(a, bundle + "/init.pid");
+  ASSERT_GE(a.create_wd, 0);
+  test::write_file(bundle + "/.init.pid", "42");
+  ASSERT_EQ(::rename((bundle + "/.init.pid").c_str(), (bundle + "/init.pid").c_str()), 0);
+  ContainerEvents events = watches.read();
+  ASSERT_FALSE(events.create_files.empty());
+  EXPECT_EQ(events.create_files.back().cgroup_dir, a.cgroup.cgroup_dir);
+  EXPECT_EQ(events.create_files.back().name, "init.pid") << "the rename comes last";
+  EXPECT_TRUE(events.rule_writes.empty());
+
+  test::write_file(bundle + "/pidfile", "43");  // crun: written in place
+  events = watches.read();
+  ASSERT_EQ(events.create_files.size(), 1u);
+  EXPECT_EQ(events.create_files[0].name, "pidfile");
+
+  watches.unwatch_create(a);
+  EXPECT_EQ(a.create_wd, -1);
+  test::write_file(bundle + "/init.pid", "44");
+  EXPECT_TRUE(watches.read().create_files.empty());
+}
+
+TEST_F(ContainerWatchesTest, ACreateWhoseDirectoryIsMissingIsNotWatched) {
+  WatchedContainer& a = container("pod1/a", 11);
+  watches.watch_create(a, tmp.path() + "/state/none/init.pid");
+  EXPECT_EQ(a.create_wd, -1) << "the pid file is then looked for every 2 ms";
+  watches.unwatch(a);  // no watch to drop
+  EXPECT_EQ(a.create_wd, -1);
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +13,7 @@
 #include <string>
 
 #include "kubelet/checkpoint.h"
+#include "watch/loop_slice.h"
 #include "support/process.h"
 #include "support/temp_dir.h"
 
@@ -22,19 +22,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct SchedAttr {  // the kernel's struct sched_attr, first published size
-  std::uint32_t size;
-  std::uint32_t sched_policy;
-  std::uint64_t sched_flags;
-  std::int32_t sched_nice;
-  std::uint32_t sched_priority;
-  std::uint64_t sched_runtime, sched_deadline, sched_period;
-};
-
-SchedAttr attr_of(pid_t tid) {
-  SchedAttr a{};
-  EXPECT_EQ(::syscall(SYS_sched_getattr, tid, &a, sizeof a, 0), 0) << "thread " << tid;
-  return a;
+ThreadScheduling attr_of(pid_t tid) {
+  auto read = read_thread_scheduling(tid);
+  EXPECT_TRUE(read) << "thread " << tid << ": " << (read ? "" : read.error().message);
+  return read ? *read : ThreadScheduling{};
 }
 
 // Every thread of `pid` but the main one (the event loop's).
@@ -58,24 +49,24 @@ TEST(LoopFifo, OnlyTheLoopThreadRunsUnderFifoAndASighupMakesItFairAgain) {
   test::BackgroundProcess daemon({GDW_BINARY, "run", "--config", config});
   ASSERT_TRUE(daemon.wait_for_output("SCHED_FIFO priority 3")) << daemon.output();
 
-  const SchedAttr loop = attr_of(daemon.pid());
-  EXPECT_EQ(loop.sched_policy, static_cast<std::uint32_t>(SCHED_FIFO));
-  EXPECT_EQ(loop.sched_priority, 3u);
-  EXPECT_TRUE(loop.sched_flags & 0x01) << "SCHED_FLAG_RESET_ON_FORK";
+  const ThreadScheduling loop = attr_of(daemon.pid());
+  EXPECT_EQ(loop.policy, static_cast<std::uint32_t>(SCHED_FIFO));
+  EXPECT_EQ(loop.priority, 3u);
+  EXPECT_TRUE(loop.reset_on_fork) << "SCHED_FLAG_RESET_ON_FORK";
   const auto others = other_threads(daemon.pid());
   EXPECT_FALSE(others.empty());
   for (pid_t tid : others) {
-    const std::uint32_t policy = attr_of(tid).sched_policy;
+    const std::uint32_t policy = attr_of(tid).policy;
     EXPECT_TRUE(policy == SCHED_OTHER || policy == SCHED_BATCH) << "thread " << tid << " policy " << policy;
   }
 
   test::write_file(config, base + "daemon:\n  event_loop_fifo_priority: 0\n  event_loop_slice_us: 2000\n");
   daemon.signal(SIGHUP);
   ASSERT_TRUE(daemon.wait_for_output("scheduler slice 2000 us")) << daemon.output();
-  const SchedAttr fair = attr_of(daemon.pid());
-  EXPECT_EQ(fair.sched_policy, static_cast<std::uint32_t>(SCHED_OTHER));
-  EXPECT_EQ(fair.sched_priority, 0u);
-  EXPECT_EQ(fair.sched_runtime, 2000000u);
+  const ThreadScheduling fair = attr_of(daemon.pid());
+  EXPECT_EQ(fair.policy, static_cast<std::uint32_t>(SCHED_OTHER));
+  EXPECT_EQ(fair.priority, 0u);
+  EXPECT_EQ(fair.slice_ns, 2000000u);
 
   daemon.signal(SIGTERM);
   EXPECT_EQ(daemon.wait(10s), 0) << daemon.output();

@@ -36,39 +36,67 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
                                                      : "");
 }
 
+// Why a node of these tests cannot run here, or "" when it can.
+std::string unavailable(bool v2) {
+  if (::geteuid() == 0 && SandboxNode::available(v2) && (!v2 || SandboxNode::v2_unavailable_reason().empty()))
+    return "";
+  return std::string("needs root and the cgroup ") + (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
+}
+
+SandboxNode::Options node_options(bool v2, bool systemd_naming, const char* tag) {
+  SandboxNode::Options options;
+  options.v2 = v2;
+  options.systemd_naming = systemd_naming;
+  options.tag = tag;
+  return options;
+}
+
+// A GPU container of pod `pod_uid` (allocated already, as kubelet does before the create)
+// whose runtime, a process calling itself `comm`, applies while the daemon is stopped
+// (SIGSTOP: no record the daemon reads names it), then lives on. Null, with `error` set,
+// when the create failed (the daemon runs again either way).
+const SandboxContainer* create_while_stopped(SandboxNode& node, DaemonHarness& daemon, const std::string& pod_uid,
+                                             const char* comm, SandboxNode::CreateShape shape, RuntimeShape runtime,
+                                             std::string& error) {
+  const pid_t daemon_pid = daemon.process().pid();
+  if (::kill(daemon_pid, SIGSTOP) != 0) {
+    error = "cannot stop the daemon";
+    return nullptr;
+  }
+  SandboxContainerSpec spec;
+  spec.pod_uid = pod_uid;
+  spec.container_name = "cuda";
+  spec.device_ids = {node.gpu_uuid(0)};
+  spec.in_checkpoint = false;
+  const SandboxContainer* made = nullptr;
+  try {
+    made = &node.add_container_in_create(spec, comm, shape, runtime);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (::kill(daemon_pid, SIGCONT) != 0 && made) {
+    error = "cannot resume the daemon";
+    return nullptr;
+  }
+  return made;
+}
+
 class RuntimeReadLate : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidFileCameFirst) {
   const auto [v2, runtime, shape] = GetParam();
-  if (::geteuid() != 0 || !SandboxNode::available(v2) || (v2 && !SandboxNode::v2_unavailable_reason().empty()))
-    GTEST_SKIP() << "needs root and the cgroup " << (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
-  SandboxNode::Options options;
-  options.v2 = v2;
-  options.systemd_naming = shape != Shape::kRuntimeMakesCgroup;
-  options.tag = "late";
-  SandboxNode node(options);
+  if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
+  SandboxNode node(node_options(v2, shape != Shape::kRuntimeMakesCgroup, "late"));
   const std::string pod_uid = random_uuid();
   node.allocate(pod_uid, "cuda", {node.gpu_uuid(0)});
   node.write_checkpoint();
   DaemonHarness daemon(node);
   ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
 
-  const pid_t daemon_pid = daemon.process().pid();
-  ASSERT_EQ(::kill(daemon_pid, SIGSTOP), 0);
-  SandboxContainerSpec spec;
-  spec.pod_uid = pod_uid;
-  spec.container_name = "cuda";
-  spec.device_ids = {node.gpu_uuid(0)};
-  spec.in_checkpoint = false;  // allocated above, as kubelet does before the create
-  const SandboxContainer* made = nullptr;
-  try {
-    made = &node.add_container_in_create(spec, runtime, shape);
-  } catch (const std::exception& e) {
-    ::kill(daemon_pid, SIGCONT);
-    FAIL() << e.what();
-  }
+  std::string error;
+  const SandboxContainer* made = create_while_stopped(node, daemon, pod_uid, runtime, shape, {}, error);
+  ASSERT_TRUE(made) << error;
   const SandboxContainer& c = *made;
-  ASSERT_EQ(::kill(daemon_pid, SIGCONT), 0);
 
   // The runtime's create has not ended: nothing is granted, however long it lasts.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
@@ -99,37 +127,20 @@ class RuntimeExitSeen : public ::testing::TestWithParam<bool> {};
 
 TEST_P(RuntimeExitSeen, ACreateKnownOnlyByItsPidFileIsGrantedAtItsRuntimesExitNotAfterItsTeardown) {
   const bool v2 = GetParam();
-  if (::geteuid() != 0 || !SandboxNode::available(v2) || (v2 && !SandboxNode::v2_unavailable_reason().empty()))
-    GTEST_SKIP() << "needs root and the cgroup " << (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
-  SandboxNode::Options options;
-  options.v2 = v2;
-  options.systemd_naming = true;
-  options.tag = "exit-seen";
-  SandboxNode node(options);
+  if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
+  SandboxNode node(node_options(v2, true, "exit-seen"));
   const std::string pod_uid = random_uuid();
   node.allocate(pod_uid, "cuda", {node.gpu_uuid(0)});
   node.write_checkpoint();
   DaemonHarness daemon(node);
   ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
 
-  // Stopped while the runtime applies: its attach (or rule writes) in the new scope is never
-  // recorded against it.
-  const pid_t daemon_pid = daemon.process().pid();
-  ASSERT_EQ(::kill(daemon_pid, SIGSTOP), 0);
-  SandboxContainerSpec spec;
-  spec.pod_uid = pod_uid;
-  spec.container_name = "cuda";
-  spec.device_ids = {node.gpu_uuid(0)};
-  spec.in_checkpoint = false;
-  const SandboxContainer* made = nullptr;
-  try {
-    made = &node.add_container_in_create(spec, "runc", SandboxNode::CreateShape::kSystemdScope, {.touched_mb = 1024});
-  } catch (const std::exception& e) {
-    ::kill(daemon_pid, SIGCONT);
-    FAIL() << e.what();
-  }
+  std::string error;
+  const SandboxContainer* made = create_while_stopped(node, daemon, pod_uid, "runc", Shape::kSystemdScope,
+                                                      {.touched_mb = 1024}, error);
+  ASSERT_TRUE(made) << error;
   const SandboxContainer& c = *made;
-  ASSERT_EQ(::kill(daemon_pid, SIGCONT), 0);
+
   // The daemon finds the pid file and waits for the runtime that wrote it.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted inside the runtime's apply\n" << daemon.output();
@@ -169,13 +180,8 @@ class CreateEndSeen : public ::testing::TestWithParam<bool> {};
 
 TEST_P(CreateEndSeen, TheGpuIsBackRightAfterTheRuntimeWritesItsPidFileAndExits) {
   const bool v2 = GetParam();
-  if (::geteuid() != 0 || !SandboxNode::available(v2) || (v2 && !SandboxNode::v2_unavailable_reason().empty()))
-    GTEST_SKIP() << "needs root and the cgroup " << (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
-  SandboxNode::Options options;
-  options.v2 = v2;
-  options.systemd_naming = true;
-  options.tag = "create-end";
-  SandboxNode node(options);
+  if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
+  SandboxNode node(node_options(v2, true, "create-end"));
   constexpr int kCreates = 5;
   std::vector<std::string> pods;
   for (int i = 0; i < kCreates; ++i) {
@@ -188,23 +194,11 @@ TEST_P(CreateEndSeen, TheGpuIsBackRightAfterTheRuntimeWritesItsPidFileAndExits) 
 
   std::vector<double> back_ms;
   for (int i = 0; i < kCreates; ++i) {
-    const pid_t daemon_pid = daemon.process().pid();
-    ASSERT_EQ(::kill(daemon_pid, SIGSTOP), 0);
-    SandboxContainerSpec spec;
-    spec.pod_uid = pods[i];
-    spec.container_name = "cuda";
-    spec.device_ids = {node.gpu_uuid(0)};
-    spec.in_checkpoint = false;
-    const SandboxContainer* made = nullptr;
-    try {
-      made = &node.add_container_in_create(spec, "runc", SandboxNode::CreateShape::kSystemdScope,
-                                           {.pid_file_at_exit = true});
-    } catch (const std::exception& e) {
-      ::kill(daemon_pid, SIGCONT);
-      FAIL() << e.what();
-    }
+    std::string error;
+    const SandboxContainer* made = create_while_stopped(node, daemon, pods[i], "runc", Shape::kSystemdScope,
+                                                        {.pid_file_at_exit = true}, error);
+    ASSERT_TRUE(made) << error;
     const SandboxContainer& c = *made;
-    ASSERT_EQ(::kill(daemon_pid, SIGCONT), 0);
     // The daemon's looks find no pid file. Let go 20 ms later each time: were the grant to
     // come at a look, 100 ms apart, some of the five would wait more than 30 ms for it.
     std::this_thread::sleep_for(std::chrono::milliseconds(250 + 20 * i));
@@ -240,12 +234,8 @@ class ReapplyReadLate : public ::testing::TestWithParam<ReapplyCase> {};
 
 TEST_P(ReapplyReadLate, AnotherWritersRecordInTheSameReadDoesNotGrantInsideTheRuntimesApply) {
   const auto [v2, runtime_first] = GetParam();
-  if (::geteuid() != 0 || !SandboxNode::available(v2) || (v2 && !SandboxNode::v2_unavailable_reason().empty()))
-    GTEST_SKIP() << "needs root and the cgroup " << (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
-  SandboxNode::Options options;
-  options.v2 = v2;
-  options.tag = "late-reapply";
-  SandboxNode node(options);
+  if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
+  SandboxNode node(node_options(v2, false, "late-reapply"));
   SandboxContainerSpec spec;
   spec.device_ids = {node.gpu_uuid(0)};
   const SandboxContainer& c = node.add_container(spec);
