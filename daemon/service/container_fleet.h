@@ -117,6 +117,9 @@ class ContainerFleet final : public ContainerLister {
   // it: if a runtime, held for (ApplyWaits::hold). hold_for_makers(): for what the probe's
   // read in hand (makers_) says made them.
   void hold_for_runtime(WatchedContainer& w, const ProcessInfo& process);
+  // A wait of `w` holds running `writer`: the probe awaits its exit, which ends the wait,
+  // and the create's pid file is no longer watched.
+  void follow_writer(WatchedContainer& w, pid_t writer);
   void hold_for_makers(WatchedContainer& w);
   void schedule_retry(WatchedContainer& w, Clock::duration delay, Clock::time_point trigger);
   void on_retry(const std::string& dir);

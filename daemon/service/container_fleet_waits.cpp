@@ -34,13 +34,7 @@ bool ContainerFleet::must_wait(WatchedContainer& w, Clock::time_point trigger, c
   // the kernel tears the process down in between). Whatever writer the wait holds is awaited:
   // one a record named (put back in case the LRU table dropped it), and a create's runtime
   // known only by its pid file (systemd's scope, attached before the probe watched it).
-  if (const pid_t writer = apply_waits_.writer(w.cgroup.cgroup_dir)) {
-    probe_.await_writer_exit(writer);
-    // Its exit ends the wait, and the check then finds the pid file written: the file's
-    // directory need not wake the loop meanwhile (runc writes two files there, and closes
-    // a third as it exits, right when the grant is due).
-    watches_.unwatch_create(w);
-  }
+  if (const pid_t writer = apply_waits_.writer(w.cgroup.cgroup_dir)) follow_writer(w, writer);
   prepare_grant(cause);
   return true;
 }
@@ -65,9 +59,15 @@ void ContainerFleet::hold_for_runtime(WatchedContainer& w, const ProcessInfo& pr
   if (settings_.mode != Mode::kEnforce || !w.is_gpu() ||
       !writer_waited_for(recognise_writer({process.comm, process.parent_comm, "", process.pid})))
     return;
-  if (!apply_waits_.hold(w, process.pid)) return;
-  probe_.await_writer_exit(process.pid);  // once per hold
-  watches_.unwatch_create(w);             // its exit ends the wait (as in must_wait)
+  if (apply_waits_.hold(w, process.pid)) follow_writer(w, process.pid);  // once per hold
+}
+
+void ContainerFleet::follow_writer(WatchedContainer& w, pid_t writer) {
+  probe_.await_writer_exit(writer);
+  // Its exit ends the wait, and the check then finds the pid file written: the file's
+  // directory need not wake the loop meanwhile (runc writes two files there, and closes
+  // a third as it exits, right when the grant is due).
+  watches_.unwatch_create(w);
 }
 
 void ContainerFleet::hold_for_makers(WatchedContainer& w) {

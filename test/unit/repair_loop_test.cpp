@@ -360,9 +360,17 @@ TEST_F(RepairLoopTest, ObserveModeGrantsNothing) {
 }
 
 // The probe's records, one waiting unread: an eventfd with a count is readable as they are.
+struct WaitingRecords {
+  const int fd = ::eventfd(1, EFD_CLOEXEC);
+  ~WaitingRecords() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 TEST_F(RepairLoopTest, DevicesMissingWhileProbeRecordsWaitDeferTheGrantUnlessTheCheckFollowsARead) {
-  const int records = ::eventfd(1, EFD_CLOEXEC);
-  ASSERT_GE(records, 0);
+  const WaitingRecords waiting;
+  ASSERT_GE(waiting.fd, 0);
+  const int records = waiting.fd;
   access.allowed[kDir] = {kCtl.dev};
   const CheckOutcome first = repair->check(access, *w, Clock::now(), CheckCause{.records_fd = records});
   EXPECT_TRUE(first.deferred) << "a runtime's apply the records name may be under way";
@@ -371,20 +379,18 @@ TEST_F(RepairLoopTest, DevicesMissingWhileProbeRecordsWaitDeferTheGrantUnlessThe
       repair->check(access, *w, Clock::now(), CheckCause{.records_fd = records, .after_wait = true});
   EXPECT_FALSE(after_read.deferred) << "made right after a read: what waits came since";
   EXPECT_EQ(access.allowed[kDir].count(kGpu0.dev), 1u);
-  ::close(records);
 }
 
 TEST_F(RepairLoopTest, ObserveModeNeverDefersOnWaitingRecords) {
   config.mode = Mode::kObserve;
   settings = RepairSettings::from(config);
-  const int records = ::eventfd(1, EFD_CLOEXEC);
-  ASSERT_GE(records, 0);
+  const WaitingRecords waiting;
+  ASSERT_GE(waiting.fd, 0);
   access.allowed[kDir] = {kCtl.dev};
-  const CheckOutcome outcome = repair->check(access, *w, Clock::now(), CheckCause{.records_fd = records});
+  const CheckOutcome outcome = repair->check(access, *w, Clock::now(), CheckCause{.records_fd = waiting.fd});
   EXPECT_FALSE(outcome.deferred) << "observe grants nothing, so it has nothing to hold back";
   EXPECT_EQ(access.grants, 0);
   EXPECT_EQ(metric("gpu_devwatch_drift_total"), 1) << "the drift is seen and counted";
-  ::close(records);
 }
 
 TEST_F(RepairLoopTest, AFightLoopBeyondTheBurstIsHeldBackAndRetriedLater) {
