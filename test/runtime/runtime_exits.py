@@ -1,5 +1,6 @@
 """When each runtime invocation ended, from the kernel: a tracefs instance of the test's own
-(`instances/gdw-cri-exits-<pid>`, removed at the end) records every exec of a runc or crun
+(`instances/gdw-cri-exits-<pid>`, removed at the end; in a tracefs mount of its own where
+none is mounted at /sys/kernel/tracing) records every exec of a runc or crun
 binary (`sched/sched_process_exec`) and the exit of the last thread of every process named
 runc or crun (`sched/sched_process_exit`, `group_dead`), on the CLOCK_MONOTONIC clock
 (`trace_clock` mono), which is Python's time.monotonic(). A runtime invocation's exit is the
@@ -25,6 +26,8 @@ returned, as containerd and kubelet see it. Both are kept.
 
 import os
 import re
+import subprocess
+import tempfile
 
 TRACEFS = "/sys/kernel/tracing"
 EXIT_EVENT = "sched/sched_process_exit"
@@ -88,24 +91,54 @@ class RuntimeExits:
     """start() → (True, "") or (False, why not); take() → the exits since the last take()."""
 
     def __init__(self):
-        self.inst = os.path.join(TRACEFS, "instances", "gdw-cri-exits-%d" % os.getpid())
+        self.root = TRACEFS
+        self.private_mount = None  # a tracefs mount of the test's own, when none was there
+        self.inst = None
         self.active = False
         self.state = TraceState()
+
+    def _mount_tracefs(self):
+        """The node's tracefs at TRACEFS, or, where nothing mounted it there (systemd mounts it
+        at boot; a bare VM's init may not), a mount of the test's own in a temporary directory,
+        removed by stop(): the same tracefs, and nothing left behind on the node."""
+        if os.path.exists(os.path.join(TRACEFS, "events")):
+            return ""
+        where = tempfile.mkdtemp(prefix="gdw-tracefs-")
+        done = subprocess.run(["mount", "-t", "tracefs", "tracefs", where], capture_output=True, text=True)
+        if done.returncode != 0:
+            os.rmdir(where)
+            return "no tracefs at %s, and mounting one failed: %s" % (TRACEFS, done.stderr.strip())
+        self.private_mount = self.root = where
+        return ""
+
+    def _unmount_tracefs(self):
+        if self.private_mount is None:
+            return
+        if subprocess.run(["umount", self.private_mount], capture_output=True).returncode == 0:
+            os.rmdir(self.private_mount)
+        self.private_mount = None
 
     def _write(self, rel, text):
         with open(os.path.join(self.inst, rel), "w") as f:
             f.write(text)
 
     def start(self):
-        fmt = os.path.join(TRACEFS, "events", EXIT_EVENT, "format")
+        why = self._mount_tracefs()
+        if why:
+            return False, why
+        fmt = os.path.join(self.root, "events", EXIT_EVENT, "format")
         if not os.path.exists(fmt):
-            return False, "no tracefs with %s at %s" % (EXIT_EVENT, TRACEFS)
+            self._unmount_tracefs()
+            return False, "no tracefs with %s at %s" % (EXIT_EVENT, self.root)
         with open(fmt) as f:
             if "group_dead" not in f.read():
+                self._unmount_tracefs()
                 return False, "this kernel's sched_process_exit has no group_dead field (Linux 6.13+)"
+        self.inst = os.path.join(self.root, "instances", "gdw-cri-exits-%d" % os.getpid())
         try:
             os.mkdir(self.inst)
         except OSError as e:
+            self._unmount_tracefs()
             return False, "cannot make a tracefs instance: %s" % e
         self.active = True
         try:
@@ -140,6 +173,7 @@ class RuntimeExits:
 
     def stop(self):
         if not self.active:
+            self._unmount_tracefs()
             return
         for event in EVENTS:
             try:
@@ -151,3 +185,4 @@ class RuntimeExits:
         except OSError:
             pass
         self.active = False
+        self._unmount_tracefs()
