@@ -30,9 +30,17 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 11> kKnown =
     {"gpu-devwatch", "gpu-devwatch"},
 }};
 
-std::string_view match(std::string_view name) {
-  for (const auto& [prefix, label] : kKnown)
+// The kernel keeps a comm of at most 15 bytes (TASK_COMM_LEN - 1): nvidia-container-cli's
+// and nvidia-container-runtime-hook's are both "nvidia-containe". A comm cut there matches
+// a longer prefix's first 15 bytes. (The waits go by comms alone: the executable is read
+// after the grant.)
+constexpr std::size_t kCommMax = 15;
+
+std::string_view match(std::string_view name, bool comm) {
+  for (auto [prefix, label] : kKnown) {
+    if (comm && name.size() == kCommMax && prefix.size() > kCommMax) prefix = prefix.substr(0, kCommMax);
     if (starts_with(name, prefix)) return label;
+  }
   return {};
 }
 
@@ -40,11 +48,10 @@ std::string_view match(std::string_view name) {
 
 std::string recognise_writer(const WriterIdentity& w) {
   if (w.pid == 1) return "systemd";  // PID 1 re-applying DeviceAllow= on daemon-reload
-  for (std::string_view name : {std::string_view(w.comm), base_name(w.exe)}) {
-    if (auto label = match(name); !label.empty()) return std::string(label);
-  }
+  if (auto label = match(w.comm, /*comm=*/true); !label.empty()) return std::string(label);
+  if (auto label = match(base_name(w.exe), /*comm=*/false); !label.empty()) return std::string(label);
   // A runtime's helper (e.g. runc's child before it renames itself) with a known parent.
-  if (auto label = match(w.parent_comm); label == "containerd-shim" || label == "cri-o") return "runc";
+  if (auto label = match(w.parent_comm, /*comm=*/true); label == "containerd-shim" || label == "cri-o") return "runc";
   return "other";
 }
 

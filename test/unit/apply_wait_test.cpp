@@ -1,5 +1,6 @@
 // core/apply_wait.h: when a check waits for a runtime's apply to end, and how a wait ends.
 #include "core/apply_wait.h"
+#include "core/writer_name.h"
 
 #include <gtest/gtest.h>
 
@@ -114,6 +115,15 @@ TEST(ApplyWait, OnlyRuntimesAndHooksThatCheckTheirApplyAreWaitedFor) {
   for (const char* name : {"runc", "crun", "nvidia-container-toolkit"}) EXPECT_TRUE(writer_waited_for(name)) << name;
   // systemd never exits and checks nothing; an unknown writer is answered as before.
   for (const char* name : {"systemd", "kubelet", "containerd", "other", ""}) EXPECT_FALSE(writer_waited_for(name)) << name;
+}
+
+// A wait names its writer from the record's comms alone, which the kernel cuts at 15 bytes:
+// the NVIDIA hook's processes (nvidia-container-runtime-hook, nvidia-container-cli) are
+// "nvidia-containe" there, and are waited for.
+TEST(ApplyWait, TheNvidiaHookIsWaitedForByItsCutComm) {
+  EXPECT_TRUE(writer_waited_for(recognise_writer({"nvidia-containe", "runc", "", 4242})));
+  EXPECT_TRUE(writer_waited_for(recognise_writer({"runc", "containerd-shim", "", 4243})));
+  EXPECT_FALSE(writer_waited_for(recognise_writer({"nvidia-smi", "bash", "", 4244})));
 }
 
 }  // namespace
