@@ -34,7 +34,13 @@ bool ContainerFleet::must_wait(WatchedContainer& w, Clock::time_point trigger, c
   // the kernel tears the process down in between). Whatever writer the wait holds is awaited:
   // one a record named (put back in case the LRU table dropped it), and a create's runtime
   // known only by its pid file (systemd's scope, attached before the probe watched it).
-  if (const pid_t writer = apply_waits_.writer(w.cgroup.cgroup_dir)) follow_writer(w, writer);
+  if (const pid_t writer = apply_waits_.writer(w.cgroup.cgroup_dir)) {
+    follow_writer(w, writer);
+  } else if (!w.create_ended && !w.create_marker.empty()) {
+    // A writer it held has exited and the create goes on (the NVIDIA hook runs inside runc's
+    // create): its end is seen as it comes again, the looks for the pid file 100 ms apart.
+    watches_.watch_create(w, w.create_marker);
+  }
   prepare_grant(cause);
   return true;
 }

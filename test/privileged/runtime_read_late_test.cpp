@@ -15,6 +15,8 @@
 
 #include <cerrno>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "support/daemon_harness.h"
@@ -222,6 +224,73 @@ TEST_P(CreateEndSeen, TheGpuIsBackRightAfterTheRuntimeWritesItsPidFileAndExits) 
 }
 
 INSTANTIATE_TEST_SUITE_P(CgroupVersions, CreateEndSeen, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "V2" : "V1"; });
+
+// How often a thread went to sleep so far (/proc/<pid>/task/<tid>/status): each wake-up of
+// the daemon's event loop is one. -1 when unreadable.
+long voluntary_switches(pid_t pid, pid_t tid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(line.find(':') + 1));
+  return -1;
+}
+
+// The NVIDIA hook runs inside the create (runc's hooks), and its record names it: the wait
+// holds it, and while it holds a writer it does not watch the pid file's directory. Once the
+// hook has exited, the create still goes on: its end must again be seen as it comes, with the
+// daemon asleep meanwhile, not looked for every 2 ms (500 wake-ups a second for as long as
+// the create lasts).
+class CreateAfterHook : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CreateAfterHook, OnceTheHookHasExitedTheDaemonSleepsUntilTheCreateEnds) {
+  const bool v2 = GetParam();
+  if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
+  SandboxNode node(node_options(v2, true, "after-hook"));
+  const std::string pod_uid = random_uuid();
+  node.allocate(pod_uid, "cuda", {node.gpu_uuid(0)});
+  node.write_checkpoint();
+  DaemonHarness daemon(node);
+  ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
+
+  std::string error;
+  const SandboxContainer* made = create_while_stopped(node, daemon, pod_uid, "runc", Shape::kSystemdScope,
+                                                      {.pid_file_at_exit = true}, error);
+  ASSERT_TRUE(made) << error;
+  const SandboxContainer& c = *made;
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  pid_t hook = -1;
+  try {
+    hook = node.start_lingering_reapply(c, "nvidia-container-cli");  // its comm: "nvidia-containe"
+  } catch (const std::exception& e) {
+    node.finish_runtime(c);
+    FAIL() << e.what();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  node.finish_lingering(hook);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const pid_t pid = daemon.process().pid();
+  const long before = voluntary_switches(pid, pid);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const long woken = voluntary_switches(pid, pid) - before;
+  ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted before the create ended\n" << daemon.output();
+
+  const auto let_go = std::chrono::steady_clock::now();
+  node.release_lingering(c.runtime);  // writes the pid file and exits
+  bool back = false;
+  while (!back && std::chrono::steady_clock::now() - let_go < std::chrono::seconds(3))
+    back = node.open_errno(c, "nvidia0") == ENXIO;
+  const double back_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - let_go).count();
+  node.finish_runtime(c);
+  ASSERT_GE(before, 0);
+  // 500 ms looked for every 2 ms would be ~250; watched, a look each 100 ms and the loop's
+  // own timers.
+  EXPECT_LT(woken, 50) << "the daemon woke " << woken << " times in 500 ms while the create went on";
+  EXPECT_TRUE(back) << "not granted after the create ended\n" << daemon.output();
+  EXPECT_LT(back_ms, 30.0) << "the GPU came back " << back_ms << " ms after the runtime wrote its pid file and exited";
+  EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
+}
+
+INSTANTIATE_TEST_SUITE_P(CgroupVersions, CreateAfterHook, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "V2" : "V1"; });
 
 // A re-apply (runc update, a second start) read late beside another writer's: the runtime
