@@ -114,7 +114,9 @@ class RuntimeExits:
     def _unmount_tracefs(self):
         if self.private_mount is None:
             return
-        if subprocess.run(["umount", self.private_mount], capture_output=True).returncode == 0:
+        # Lazily where something still holds it: detached now, gone once let go.
+        if any(subprocess.run(cmd + [self.private_mount], capture_output=True).returncode == 0
+               for cmd in (["umount"], ["umount", "-l"])):
             os.rmdir(self.private_mount)
         self.private_mount = None
 
