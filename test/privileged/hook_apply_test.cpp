@@ -13,6 +13,7 @@
 #include <chrono>
 #include <thread>
 
+#include "support/apply_wait_checks.h"
 #include "support/daemon_harness.h"
 #include "support/sandbox_node.h"
 
@@ -39,20 +40,9 @@ TEST_P(HookApply, AWriterCallingItselfNvidiaContainerCliIsWaitedForUntilItExits)
 
   // prctl(PR_SET_NAME) keeps 15 bytes, as exec does: the comm is "nvidia-containe".
   const pid_t hook = node.start_lingering_reapply(c, "nvidia-container-cli");
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
-  for (int looks = 0; std::chrono::steady_clock::now() < until; ++looks) {
-    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM)
-        << "granted inside the hook's apply (look " << looks << ")\n" << daemon.output();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ASSERT_TRUE(stays_denied(node, c, daemon, std::chrono::milliseconds(400), "the hook"));
   node.finish_lingering(hook);
-  EXPECT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << "not granted once the hook exited\n"
-                                                            << daemon.output();
-  EXPECT_EQ(node.open_errno(c, "nvidia1"), EPERM) << "not allocated: never granted";
-  // Counted once the grant is made and the CPU handed over: a look right after may come first.
-  EXPECT_TRUE(eventually([&] { return daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "writer_exit"}}) >= 1; }))
-      << daemon.metrics();
-  EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
+  expect_granted_after_writer_exit(node, c, daemon, "the hook");
 }
 
 INSTANTIATE_TEST_SUITE_P(CgroupVersions, HookApply, ::testing::Values(true, false),

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "support/apply_wait_checks.h"
 #include "support/daemon_harness.h"
 #include "support/sandbox_node.h"
 
@@ -83,6 +84,28 @@ const SandboxContainer* create_while_stopped(SandboxNode& node, DaemonHarness& d
   return made;
 }
 
+// A node of systemd-named cgroups with one pod allocated a GPU (its create to come), and the
+// daemon to run there.
+struct ScopeCreate {
+  ScopeCreate(bool v2, const char* tag) : node(node_options(v2, true, tag)), daemon(node) {
+    node.allocate(pod_uid, "cuda", {node.gpu_uuid(0)});
+    node.write_checkpoint();
+  }
+  // The daemon started with its defaults, then the pod's create by a runtime calling itself
+  // runc in a scope made first, made while the daemon is stopped (create_while_stopped()).
+  const SandboxContainer* start_then_create(RuntimeShape runtime, std::string& error) {
+    if (!daemon.start_with_defaults()) {
+      error = "the daemon did not start:\n" + daemon.output();
+      return nullptr;
+    }
+    return create_while_stopped(node, daemon, pod_uid, "runc", Shape::kSystemdScope, runtime, error);
+  }
+
+  SandboxNode node;
+  std::string pod_uid = random_uuid();
+  DaemonHarness daemon;
+};
+
 class RuntimeReadLate : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidFileCameFirst) {
@@ -101,22 +124,9 @@ TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidF
   const SandboxContainer& c = *made;
 
   // The runtime's create has not ended: nothing is granted, however long it lasts.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
-  int looks = 0;
-  while (std::chrono::steady_clock::now() < until) {
-    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM)
-        << "granted inside the runtime's apply (look " << looks << ")\n" << daemon.output() << daemon.metrics();
-    ++looks;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ASSERT_TRUE(stays_denied(node, c, daemon, std::chrono::milliseconds(400), "the runtime"));
   node.finish_runtime(c);
-  EXPECT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << "not granted once the runtime exited\n"
-                                                            << daemon.output();
-  EXPECT_EQ(node.open_errno(c, "nvidia1"), EPERM) << "not allocated: never granted";
-  // Counted once the grant is made and the CPU handed over: a look right after may come first.
-  EXPECT_TRUE(eventually([&] { return daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "writer_exit"}}) >= 1; }))
-      << daemon.metrics();
-  EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
+  expect_granted_after_writer_exit(node, c, daemon, "the runtime");
 }
 
 // Under the systemd driver systemd makes the scope and runc attaches there, maybe before the
@@ -132,17 +142,12 @@ class RuntimeExitSeen : public ::testing::TestWithParam<bool> {};
 TEST_P(RuntimeExitSeen, ACreateKnownOnlyByItsPidFileIsGrantedAtItsRuntimesExitNotAfterItsTeardown) {
   const bool v2 = GetParam();
   if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
-  SandboxNode node(node_options(v2, true, "exit-seen"));
-  const std::string pod_uid = random_uuid();
-  node.allocate(pod_uid, "cuda", {node.gpu_uuid(0)});
-  node.write_checkpoint();
-  DaemonHarness daemon(node);
-  ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
-
+  ScopeCreate setup(v2, "exit-seen");
   std::string error;
-  const SandboxContainer* made = create_while_stopped(node, daemon, pod_uid, "runc", Shape::kSystemdScope,
-                                                      {.touched_mb = 1024}, error);
+  const SandboxContainer* made = setup.start_then_create({.touched_mb = 1024}, error);
   ASSERT_TRUE(made) << error;
+  SandboxNode& node = setup.node;
+  DaemonHarness& daemon = setup.daemon;
   const SandboxContainer& c = *made;
 
   // The daemon finds the pid file and waits for the runtime that wrote it.
@@ -245,17 +250,12 @@ class CreateAfterHook : public ::testing::TestWithParam<bool> {};
 TEST_P(CreateAfterHook, OnceTheHookHasExitedTheDaemonSleepsUntilTheCreateEnds) {
   const bool v2 = GetParam();
   if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
-  SandboxNode node(node_options(v2, true, "after-hook"));
-  const std::string pod_uid = random_uuid();
-  node.allocate(pod_uid, "cuda", {node.gpu_uuid(0)});
-  node.write_checkpoint();
-  DaemonHarness daemon(node);
-  ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
-
+  ScopeCreate setup(v2, "after-hook");
   std::string error;
-  const SandboxContainer* made = create_while_stopped(node, daemon, pod_uid, "runc", Shape::kSystemdScope,
-                                                      {.pid_file_at_exit = true}, error);
+  const SandboxContainer* made = setup.start_then_create({.pid_file_at_exit = true}, error);
   ASSERT_TRUE(made) << error;
+  SandboxNode& node = setup.node;
+  DaemonHarness& daemon = setup.daemon;
   const SandboxContainer& c = *made;
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
   pid_t hook = -1;
@@ -329,19 +329,9 @@ TEST_P(ReapplyReadLate, AnotherWritersRecordInTheSameReadDoesNotGrantInsideTheRu
   ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "the re-applies took the GPU";
   ASSERT_EQ(::kill(daemon_pid, SIGCONT), 0);
 
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
-  for (int looks = 0; std::chrono::steady_clock::now() < until; ++looks) {
-    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM)
-        << "granted inside the runtime's apply (look " << looks << ")\n" << daemon.output() << daemon.metrics();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ASSERT_TRUE(stays_denied(node, c, daemon, std::chrono::milliseconds(400), "the runtime"));
   node.finish_lingering(runtime);
-  EXPECT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << "not granted once the runtime exited\n"
-                                                            << daemon.output();
-  // Counted once the grant is made and the CPU handed over: a look right after may come first.
-  EXPECT_TRUE(eventually([&] { return daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "writer_exit"}}) >= 1; }))
-      << daemon.metrics();
-  EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
+  expect_granted_after_writer_exit(node, c, daemon, "the runtime");
 }
 
 INSTANTIATE_TEST_SUITE_P(Orders, ReapplyReadLate,

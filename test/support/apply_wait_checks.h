@@ -1,0 +1,46 @@
+// What the tests of "never inside a writer's apply" check, on the real daemon: while a
+// runtime or hook that took a GPU container's device is still at work, the device stays
+// denied; once it has exited, the device is back and the wait is counted as ended by that
+// exit, never by the limit.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "support/daemon_harness.h"
+#include "support/process.h"
+#include "support/sandbox_node.h"
+
+namespace gdw::test {
+
+// A look at `c`'s nvidia0 every 20 ms for `span`: every one must be denied (EPERM); one
+// allowed is a grant inside `whose` apply.
+inline ::testing::AssertionResult stays_denied(SandboxNode& node, const SandboxContainer& c, DaemonHarness& daemon,
+                                               std::chrono::milliseconds span, const std::string& whose) {
+  const auto until = std::chrono::steady_clock::now() + span;
+  for (int looks = 0; std::chrono::steady_clock::now() < until; ++looks) {
+    if (const int e = node.open_errno(c, "nvidia0"); e != EPERM)
+      return ::testing::AssertionFailure() << "granted inside " << whose << "'s apply (look " << looks << ", errno "
+                                           << e << ")\n" << daemon.output() << daemon.metrics();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// After `whose` exit: nvidia0 granted, nvidia1 (not allocated) never, and the wait counted.
+inline void expect_granted_after_writer_exit(SandboxNode& node, const SandboxContainer& c, DaemonHarness& daemon,
+                                             const std::string& whose) {
+  EXPECT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << "not granted once " << whose << " exited\n"
+                                                            << daemon.output();
+  EXPECT_EQ(node.open_errno(c, "nvidia1"), EPERM) << "not allocated: never granted";
+  // Counted once the grant is made and the CPU handed over: a look right after may come first.
+  EXPECT_TRUE(eventually([&] { return daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "writer_exit"}}) >= 1; }))
+      << daemon.metrics();
+  EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
+}
+
+}  // namespace gdw::test
