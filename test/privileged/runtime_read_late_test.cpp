@@ -135,8 +135,10 @@ TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidF
 // at its pidfd, which the kernel makes readable once it has torn the process down: 1.3 ms
 // after the exit for a Go runc in the CRI matrix; here the runtime's 1 GiB of touched memory
 // makes that tens of milliseconds, so a grant at the pidfd is told from one at the exit.
-// (v1 is run too: the same must hold there; it passed there without the probe awaiting the
-// pid file's runtime as well, for a reason not traced.)
+// (v1 is run too: the same must hold there. It passed there without the probe awaiting the
+// pid file's runtime as well: on v1 the probe reports a write to any cgroup's rule files,
+// the new scope's included, so runc's own writes named it; on v2 it reports attaches only
+// to cgroups it watches, and the scope was not watched yet.)
 class RuntimeExitSeen : public ::testing::TestWithParam<bool> {};
 
 TEST_P(RuntimeExitSeen, ACreateKnownOnlyByItsPidFileIsGrantedAtItsRuntimesExitNotAfterItsTeardown) {
