@@ -124,6 +124,7 @@ class CgroupRepair {
     const std::size_t left_before = repair_.left_attached.size();
     int rounds = 0;
     int stale_looks = 0;
+    std::uint32_t newest_seen_first = 0;
     for (bool first = true; rounds < kRepairRounds; first = false) {
       v2_kernel::AttachedIds ids;
       std::vector<AttachedDeviceProgram> attached;
@@ -140,6 +141,11 @@ class CgroupRepair {
       }
       for (auto& p : attached) p.subgroup = where_.subgroup;
       V2Plan plan = plan_v2_repair(attached, wanted_);
+      if (first) {
+        for (const auto& p : attached) newest_seen_first = std::max(newest_seen_first, p.id);
+      } else {
+        leave_newcomers(plan, newest_seen_first);
+      }
       repair_.left_attached.resize(left_before);
       for (auto& l : plan.leave) repair_.left_attached.push_back(std::move(l));
       if (plan.replace.empty() && plan.detach.empty()) {

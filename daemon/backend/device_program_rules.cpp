@@ -115,6 +115,12 @@ bool superseded(const AttachedDeviceProgram& w, std::size_t at, const std::vecto
 
 }  // namespace
 
+void leave_newcomers(V2Plan& plan, std::uint32_t newest_seen_first) {
+  auto newcomer = [&](const AttachedDeviceProgram& p) { return p.id > newest_seen_first; };
+  std::erase_if(plan.replace, [&](const V2Plan::Replacement& r) { return newcomer(r.old); });
+  for (auto& r : plan.replace) std::erase_if(r.twins, newcomer);
+}
+
 V2Plan plan_v2_repair(const std::vector<AttachedDeviceProgram>& attached, const std::vector<WantedDevice>& wanted) {
   V2Plan plan;
   for (std::size_t i = 0; i < attached.size(); ++i) {

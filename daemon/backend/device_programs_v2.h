@@ -165,6 +165,15 @@ struct V2Plan {
   std::vector<UndetachedProgram> leave;   // deny one too, but cannot be replaced by us
 };
 V2Plan plan_v2_repair(const std::vector<AttachedDeviceProgram>& attached, const std::vector<WantedDevice>& wanted);
+// A grant's later rounds (after a swap, or a swap refused as stale) act only on programs
+// its first look could have been decided on. A denying program loaded after every program
+// that look saw (a higher id: the kernel's ids count up) was attached while the grant ran,
+// by a writer whose record the daemon has not read: maybe a runtime inside its apply (runc
+// 1.0.0~rc93's update under systemd attaches its own program right after systemd's
+// re-apply). It is left out, and its twins with it: the grant reports its devices as
+// denied again (EAGAIN, looked at again after repair.raced_retry), once its record has
+// said who attached it. `newest_seen_first`: the highest id the first look saw.
+void leave_newcomers(V2Plan& plan, std::uint32_t newest_seen_first);
 
 struct V2Repair {
   struct Replaced {

@@ -190,6 +190,29 @@ TEST(PlanV2Repair, LinkAttachedAndUnwrappableProgramsAreLeftWithTheReason) {
   EXPECT_NE(plan.leave[1].reason.find("calls helpers"), std::string::npos);
 }
 
+// A grant's later round: a denying program loaded after what its first look saw (a higher
+// id) was attached during the grant by a writer not yet named, maybe a runtime inside its
+// apply: left for its own record, with its twins; the programs the first look could have
+// seen are still wrapped.
+TEST(PlanV2Repair, ALaterRoundLeavesProgramsLoadedAfterItsFirstLook) {
+  const std::vector<OciDeviceCgroupRule> spec{kDenyAll, allow(DeviceType::kChar, 1, 3, kAccessAll)};
+  auto systemd = program(ProgramOwner::kSystemd, 7, {kDenyAll, allow(DeviceType::kChar, 1, 5, kAccessAll)});
+  auto seen_twin = program(ProgramOwner::kSystemd, 9, {kDenyAll, allow(DeviceType::kChar, 1, 5, kAccessAll)});
+  auto runtime = program(ProgramOwner::kRuntime, 12, spec);
+  auto runtime_twin = program(ProgramOwner::kRuntime, 14, spec);
+  auto late_twin_of_seen = program(ProgramOwner::kSystemd, 15, {kDenyAll, allow(DeviceType::kChar, 1, 5, kAccessAll)});
+  V2Plan plan = plan_v2_repair({systemd, seen_twin, runtime, runtime_twin, late_twin_of_seen}, {want(kGpu0)});
+  ASSERT_EQ(plan.replace.size(), 2u);
+  leave_newcomers(plan, /*newest_seen_first=*/10);
+  ASSERT_EQ(plan.replace.size(), 1u) << "the runtime's program, loaded after the first look, is left";
+  EXPECT_EQ(plan.replace[0].old.id, 7u);
+  ASSERT_EQ(plan.replace[0].twins.size(), 1u) << "a twin loaded later is left too";
+  EXPECT_EQ(plan.replace[0].twins[0].id, 9u);
+  V2Plan all = plan_v2_repair({systemd, runtime}, {want(kGpu0)});
+  leave_newcomers(all, /*newest_seen_first=*/12);
+  EXPECT_EQ(all.replace.size(), 2u) << "both seen: both wrapped";
+}
+
 // The guessed built-in list is gone from repairs; a config still setting it is told why.
 TEST(RemovedBuiltinDevicesKey, IsRefusedWithTheReason) {
   auto c = parse_config("runtime:\n  builtin_devices: runc-1.2\n", "test.yaml");
