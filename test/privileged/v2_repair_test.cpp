@@ -133,7 +133,7 @@ TEST_P(V2RepairOnProbeEvents, TheDaemonRepairsAndNamesTheCaller) {
   // systemd's program was wrapped by ours; the runtime's, which allows the GPU, stays. The
   // gauges come from the repaired container's share, read again alone after the probe's
   // repair (GaugeTally), not from a count of the whole table.
-  EXPECT_GE(daemon.metric("gpu_devwatch_device_programs_replaced_total"), 1);
+  EXPECT_TRUE(daemon.eventually_metric_at_least("gpu_devwatch_device_programs_replaced_total", 1)) << daemon.metrics();
   EXPECT_TRUE(eventually([&] {
     return daemon.metric("gpu_devwatch_device_programs", {{"owner", "ours"}}) == 1 &&
            daemon.metric("gpu_devwatch_device_programs", {{"owner", "runtime"}}) == 1 &&
@@ -198,7 +198,7 @@ TEST_F(V2Repair, WithTheAttachHookOffAProgramLoadLeadsToTheRepair) {
   EXPECT_TRUE(daemon.eventually_errno(*c_, "nvidia0", ENXIO)) << daemon.output();
   EXPECT_EQ(node_->open_errno(*c_, "mem"), EPERM);
   EXPECT_EQ(node_->open_errno(*c_, "nvidia1"), EPERM);
-  EXPECT_GE(daemon.metric("gpu_devwatch_device_programs_replaced_total"), 1);
+  EXPECT_TRUE(daemon.eventually_metric_at_least("gpu_devwatch_device_programs_replaced_total", 1)) << daemon.metrics();
 }
 
 TEST_F(V2Repair, WithoutTheProbeThePeriodicQueryRepairs) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cerrno>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,13 @@ class DaemonHarness {
   std::string metrics() const { return http_get(port_); }
   double metric(const std::string& name, const std::map<std::string, std::string>& labels = {}) const {
     return metric_value(metrics(), name, labels).value_or(-1);
+  }
+  // Polls until a counter reaches `at_least`. What a grant moves is counted just after the
+  // grant the tenant sees, and the HTTP thread can serve a scrape in between.
+  bool eventually_metric_at_least(const std::string& name, double at_least,
+                                  const std::map<std::string, std::string>& labels = {},
+                                  std::chrono::milliseconds timeout = 3s) const {
+    return eventually([&] { return metric(name, labels) >= at_least; }, timeout);
   }
   const std::string& config_path() const { return config_; }
   int port() const { return port_; }
