@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "support/apply_wait_checks.h"
@@ -24,16 +25,9 @@ class HookApply : public ::testing::TestWithParam<bool> {};
 
 TEST_P(HookApply, AWriterCallingItselfNvidiaContainerCliIsWaitedForUntilItExits) {
   const bool v2 = GetParam();
-  if (::geteuid() != 0 || !SandboxNode::available(v2) || (v2 && !SandboxNode::v2_unavailable_reason().empty()))
-    GTEST_SKIP() << "needs root and the cgroup " << (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
-  SandboxNode::Options options;
-  options.v2 = v2;
-  options.tag = "hook-apply";
-  SandboxNode node(options);
-  SandboxContainerSpec spec;
-  spec.device_ids = {node.gpu_uuid(0)};
-  const SandboxContainer& c = node.add_container(spec);
-  node.write_checkpoint();
+  if (const std::string why = apply_wait_unavailable(v2); !why.empty()) GTEST_SKIP() << why;
+  SandboxNode node(apply_wait_node(v2, false, "hook-apply"));
+  const SandboxContainer& c = add_gpu_container(node);
   DaemonHarness daemon(node);
   ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
   ASSERT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << "the first grant\n" << daemon.output();

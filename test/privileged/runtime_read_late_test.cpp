@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -37,21 +38,6 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
          (info.param.shape == Shape::kSystemdScope   ? "InSystemdScope"
           : info.param.shape == Shape::kCrunSubgroup ? "SubCgroup"
                                                      : "");
-}
-
-// Why a node of these tests cannot run here, or "" when it can.
-std::string unavailable(bool v2) {
-  if (::geteuid() == 0 && SandboxNode::available(v2) && (!v2 || SandboxNode::v2_unavailable_reason().empty()))
-    return "";
-  return std::string("needs root and the cgroup ") + (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
-}
-
-SandboxNode::Options node_options(bool v2, bool systemd_naming, const char* tag) {
-  SandboxNode::Options options;
-  options.v2 = v2;
-  options.systemd_naming = systemd_naming;
-  options.tag = tag;
-  return options;
 }
 
 // A GPU container of pod `pod_uid` (allocated already, as kubelet does before the create)
@@ -86,32 +72,38 @@ const SandboxContainer* create_while_stopped(SandboxNode& node, DaemonHarness& d
 
 // A node of systemd-named cgroups with one pod allocated a GPU (its create to come), and the
 // daemon to run there.
-struct ScopeCreate {
-  ScopeCreate(bool v2, const char* tag) : node(node_options(v2, true, tag)), daemon(node) {
-    node.allocate(pod_uid, "cuda", {node.gpu_uuid(0)});
-    node.write_checkpoint();
+// The tests of a pod's create in a scope made first, on v2 or v1 (the parameter): the daemon
+// started with its defaults, then the create by a runtime calling itself runc, made while the
+// daemon is stopped (create_while_stopped()).
+class ScopeCreateTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = apply_wait_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
   }
-  // The daemon started with its defaults, then the pod's create by a runtime calling itself
-  // runc in a scope made first, made while the daemon is stopped (create_while_stopped()).
-  const SandboxContainer* start_then_create(RuntimeShape runtime, std::string& error) {
-    if (!daemon.start_with_defaults()) {
-      error = "the daemon did not start:\n" + daemon.output();
-      return nullptr;
-    }
-    return create_while_stopped(node, daemon, pod_uid, "runc", Shape::kSystemdScope, runtime, error);
+  // Fails the test when the daemon does not start or the create fails.
+  void start_then_create(const char* tag, RuntimeShape runtime) {
+    node_.emplace(apply_wait_node(GetParam(), true, tag));
+    const std::string pod_uid = random_uuid();
+    node_->allocate(pod_uid, "cuda", {node_->gpu_uuid(0)});
+    node_->write_checkpoint();
+    daemon_.emplace(*node_);
+    ASSERT_TRUE(daemon_->start_with_defaults()) << "the daemon did not start:\n" << daemon_->output();
+    std::string error;
+    c_ = create_while_stopped(*node_, *daemon_, pod_uid, "runc", Shape::kSystemdScope, runtime, error);
+    ASSERT_TRUE(c_) << error;
   }
 
-  SandboxNode node;
-  std::string pod_uid = random_uuid();
-  DaemonHarness daemon;
+  std::optional<SandboxNode> node_;
+  std::optional<DaemonHarness> daemon_;  // after node_: stopped before the node goes
+  const SandboxContainer* c_ = nullptr;
 };
 
 class RuntimeReadLate : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidFileCameFirst) {
   const auto [v2, runtime, shape] = GetParam();
-  if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
-  SandboxNode node(node_options(v2, shape != Shape::kRuntimeMakesCgroup, "late"));
+  if (const std::string why = apply_wait_unavailable(v2); !why.empty()) GTEST_SKIP() << why;
+  SandboxNode node(apply_wait_node(v2, shape != Shape::kRuntimeMakesCgroup, "late"));
   const std::string pod_uid = random_uuid();
   node.allocate(pod_uid, "cuda", {node.gpu_uuid(0)});
   node.write_checkpoint();
@@ -139,18 +131,13 @@ TEST_P(RuntimeReadLate, TheGrantWaitsForTheRuntimeThatMadeTheCgroupThoughItsPidF
 // pid file's runtime as well: on v1 the probe reports a write to any cgroup's rule files,
 // the new scope's included, so runc's own writes named it; on v2 it reports attaches only
 // to cgroups it watches, and the scope was not watched yet.)
-class RuntimeExitSeen : public ::testing::TestWithParam<bool> {};
+class RuntimeExitSeen : public ScopeCreateTest {};
 
 TEST_P(RuntimeExitSeen, ACreateKnownOnlyByItsPidFileIsGrantedAtItsRuntimesExitNotAfterItsTeardown) {
-  const bool v2 = GetParam();
-  if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
-  ScopeCreate setup(v2, "exit-seen");
-  std::string error;
-  const SandboxContainer* made = setup.start_then_create({.touched_mb = 1024}, error);
-  ASSERT_TRUE(made) << error;
-  SandboxNode& node = setup.node;
-  DaemonHarness& daemon = setup.daemon;
-  const SandboxContainer& c = *made;
+  ASSERT_NO_FATAL_FAILURE(start_then_create("exit-seen", {.touched_mb = 1024}));
+  SandboxNode& node = *node_;
+  DaemonHarness& daemon = *daemon_;
+  const SandboxContainer& c = *c_;
 
   // The daemon finds the pid file and waits for the runtime that wrote it.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -182,6 +169,19 @@ TEST_P(RuntimeExitSeen, ACreateKnownOnlyByItsPidFileIsGrantedAtItsRuntimesExitNo
 INSTANTIATE_TEST_SUITE_P(CgroupVersions, RuntimeExitSeen, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "V2" : "V1"; });
 
+// Lets a create's runtime go (it writes its pid file and exits) and looks at nvidia0 until it
+// opens: how many milliseconds that took, or -1 when not within 3 s. The runtime is finished.
+double let_go_until_back(SandboxNode& node, const SandboxContainer& c) {
+  const auto let_go = std::chrono::steady_clock::now();
+  node.release_lingering(c.runtime);
+  bool back = false;
+  while (!back && std::chrono::steady_clock::now() - let_go < std::chrono::seconds(3))
+    back = node.open_errno(c, "nvidia0") == ENXIO;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - let_go).count();
+  node.finish_runtime(c);
+  return back ? ms : -1;
+}
+
 // A create's end seen as it comes: the runtime (named by no record: its attach or rule writes
 // were made while the daemon did not run, in a scope made for it) writes its pid file only as
 // it exits, as runc does at the end of `runc create`. The daemon watches the pid file's
@@ -191,8 +191,8 @@ class CreateEndSeen : public ::testing::TestWithParam<bool> {};
 
 TEST_P(CreateEndSeen, TheGpuIsBackRightAfterTheRuntimeWritesItsPidFileAndExits) {
   const bool v2 = GetParam();
-  if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
-  SandboxNode node(node_options(v2, true, "create-end"));
+  if (const std::string why = apply_wait_unavailable(v2); !why.empty()) GTEST_SKIP() << why;
+  SandboxNode node(apply_wait_node(v2, true, "create-end"));
   constexpr int kCreates = 5;
   std::vector<std::string> pods;
   for (int i = 0; i < kCreates; ++i) {
@@ -215,14 +215,8 @@ TEST_P(CreateEndSeen, TheGpuIsBackRightAfterTheRuntimeWritesItsPidFileAndExits) 
     std::this_thread::sleep_for(std::chrono::milliseconds(250 + 20 * i));
     ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted before the create ended\n" << daemon.output();
 
-    const auto let_go = std::chrono::steady_clock::now();
-    node.release_lingering(c.runtime);  // writes the pid file and exits
-    bool back = false;
-    while (!back && std::chrono::steady_clock::now() - let_go < std::chrono::seconds(3))
-      back = node.open_errno(c, "nvidia0") == ENXIO;
-    back_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - let_go).count());
-    node.finish_runtime(c);
-    ASSERT_TRUE(back) << "not granted after the create ended\n" << daemon.output();
+    back_ms.push_back(let_go_until_back(node, c));
+    ASSERT_GE(back_ms.back(), 0) << "not granted after the create ended\n" << daemon.output();
   }
   for (int i = 0; i < kCreates; ++i)
     EXPECT_LT(back_ms[i], 30.0) << "create " << i << ": the GPU came back " << back_ms[i]
@@ -247,18 +241,13 @@ long voluntary_switches(pid_t pid, pid_t tid) {
 // hook has exited, the create still goes on: its end must again be seen as it comes, with the
 // daemon asleep meanwhile, not looked for every 2 ms (500 wake-ups a second for as long as
 // the create lasts).
-class CreateAfterHook : public ::testing::TestWithParam<bool> {};
+class CreateAfterHook : public ScopeCreateTest {};
 
 TEST_P(CreateAfterHook, OnceTheHookHasExitedTheDaemonSleepsUntilTheCreateEnds) {
-  const bool v2 = GetParam();
-  if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
-  ScopeCreate setup(v2, "after-hook");
-  std::string error;
-  const SandboxContainer* made = setup.start_then_create({.pid_file_at_exit = true}, error);
-  ASSERT_TRUE(made) << error;
-  SandboxNode& node = setup.node;
-  DaemonHarness& daemon = setup.daemon;
-  const SandboxContainer& c = *made;
+  ASSERT_NO_FATAL_FAILURE(start_then_create("after-hook", {.pid_file_at_exit = true}));
+  SandboxNode& node = *node_;
+  DaemonHarness& daemon = *daemon_;
+  const SandboxContainer& c = *c_;
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
   pid_t hook = -1;
   try {
@@ -276,18 +265,12 @@ TEST_P(CreateAfterHook, OnceTheHookHasExitedTheDaemonSleepsUntilTheCreateEnds) {
   const long woken = voluntary_switches(pid, pid) - before;
   ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted before the create ended\n" << daemon.output();
 
-  const auto let_go = std::chrono::steady_clock::now();
-  node.release_lingering(c.runtime);  // writes the pid file and exits
-  bool back = false;
-  while (!back && std::chrono::steady_clock::now() - let_go < std::chrono::seconds(3))
-    back = node.open_errno(c, "nvidia0") == ENXIO;
-  const double back_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - let_go).count();
-  node.finish_runtime(c);
+  const double back_ms = let_go_until_back(node, c);
   ASSERT_GE(before, 0);
   // 500 ms looked for every 2 ms would be ~250; watched, a look each 100 ms and the loop's
   // own timers.
   EXPECT_LT(woken, 50) << "the daemon woke " << woken << " times in 500 ms while the create went on";
-  EXPECT_TRUE(back) << "not granted after the create ended\n" << daemon.output();
+  ASSERT_GE(back_ms, 0) << "not granted after the create ended\n" << daemon.output();
   EXPECT_LT(back_ms, 30.0) << "the GPU came back " << back_ms << " ms after the runtime wrote its pid file and exited";
   EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
 }
@@ -307,12 +290,9 @@ class ReapplyReadLate : public ::testing::TestWithParam<ReapplyCase> {};
 
 TEST_P(ReapplyReadLate, AnotherWritersRecordInTheSameReadDoesNotGrantInsideTheRuntimesApply) {
   const auto [v2, runtime_first] = GetParam();
-  if (const std::string why = unavailable(v2); !why.empty()) GTEST_SKIP() << why;
-  SandboxNode node(node_options(v2, false, "late-reapply"));
-  SandboxContainerSpec spec;
-  spec.device_ids = {node.gpu_uuid(0)};
-  const SandboxContainer& c = node.add_container(spec);
-  node.write_checkpoint();
+  if (const std::string why = apply_wait_unavailable(v2); !why.empty()) GTEST_SKIP() << why;
+  SandboxNode node(apply_wait_node(v2, false, "late-reapply"));
+  const SandboxContainer& c = add_gpu_container(node);
   DaemonHarness daemon(node);
   ASSERT_TRUE(daemon.start_with_defaults()) << daemon.output();
   ASSERT_EQ(node.open_errno(c, "nvidia0"), ENXIO) << "the hook's grant";

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -16,6 +17,30 @@
 #include "support/sandbox_node.h"
 
 namespace gdw::test {
+
+// Why a node of these tests cannot run here, or "" when it can.
+inline std::string apply_wait_unavailable(bool v2) {
+  if (::geteuid() == 0 && SandboxNode::available(v2) && (!v2 || SandboxNode::v2_unavailable_reason().empty()))
+    return "";
+  return std::string("needs root and the cgroup ") + (v2 ? "v2 hierarchy with device programs" : "v1 devices hierarchy");
+}
+
+inline SandboxNode::Options apply_wait_node(bool v2, bool systemd_naming, const char* tag) {
+  SandboxNode::Options options;
+  options.v2 = v2;
+  options.systemd_naming = systemd_naming;
+  options.tag = tag;
+  return options;
+}
+
+// A container holding GPU 0, written to the checkpoint.
+inline const SandboxContainer& add_gpu_container(SandboxNode& node) {
+  SandboxContainerSpec spec;
+  spec.device_ids = {node.gpu_uuid(0)};
+  const SandboxContainer& c = node.add_container(spec);
+  node.write_checkpoint();
+  return c;
+}
 
 // A look at `c`'s nvidia0 every 20 ms for `span`: every one must be denied (EPERM); one
 // allowed is a grant inside `whose` apply.
