@@ -401,7 +401,12 @@ void ContainerFleet::persist(WatchedContainer& w, const std::vector<WantedDevice
   // first would leave the container without its GPU for a D-Bus round trip, or for the
   // whole reload systemd may be busy with. Before any harm (its unit files lack devices):
   // systemd's next re-apply then keeps them, and there is nothing to repair.
-  if (!persist_in_scope(w.target)) return;
+  // Asking systemd makes it apply the unit's devices again (v2: a new program attached, its
+  // old one detached), a re-apply of its own: never inside a runtime's apply (runc 1.1 would
+  // replace a program systemd has just detached: ENOENT; 1.0 would find the GPU back while
+  // it creates). While a create goes on, or a wait holds a writer, it comes after: the check
+  // the wait's end lets through persists, or the hold's end (check_held).
+  if (!persist_in_scope(w.target) || in_runtime_apply(w)) return;
   PersistencePlan plan =
       plan_persistence(w.repair, device_allow_lacks(w.target.exposure), granted, Clock::now(), settings_);
   if (plan.retry_at) schedule_retry(w, *plan.retry_at - Clock::now(), Clock::now());

@@ -104,6 +104,9 @@ class ContainerFleet final : public ContainerLister {
   // Whether the check of `w` must wait for a runtime's apply to end (and the probe is told
   // whose exit ends it).
   bool must_wait(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause, bool write_event);
+  // Whether a runtime may still be applying to `w`: its create has not ended, or a wait
+  // holds a writer or keeps a check. Nothing of the daemon's is written then.
+  bool in_runtime_apply(const WatchedContainer& w) const;
   // While a check waits: DeviceAccess::prepare_grant for the program its cause attached.
   void prepare_grant(const CheckCause& cause);
   // The probe saw these awaited writers exit: the checks that waited for them, now.

@@ -45,6 +45,12 @@ bool ContainerFleet::must_wait(WatchedContainer& w, Clock::time_point trigger, c
   return true;
 }
 
+bool ContainerFleet::in_runtime_apply(const WatchedContainer& w) const {
+  if (settings_.mode != Mode::kEnforce) return false;  // observe mode never waits (nor persists)
+  const std::string& dir = w.cgroup.cgroup_dir;
+  return (!w.create_ended && !w.create_marker.empty()) || apply_waits_.writer(dir) != 0 || apply_waits_.keeps(dir);
+}
+
 void ContainerFleet::prepare_grant(const CheckCause& cause) {
   // The program a runtime attached to the container's own cgroup (a crun sub-cgroup's is
   // looked at whole by the grant), read while the runtime runs: the grant after the wait
@@ -105,7 +111,10 @@ void ContainerFleet::check_held(const std::string& dir) {
   const auto kept = apply_waits_.take(dir);
   if (!kept) {
     // Only a hold ended (its runtime exited, or the limit came), or a check ran already.
-    if (apply_waits_.drop_hold(dir)) w->apply_wait.since.reset();
+    if (apply_waits_.drop_hold(dir)) {
+      w->apply_wait.since.reset();
+      persist(*w);  // what was held back while the runtime applied
+    }
     return;
   }
   CheckCause cause{.after_wait = true};

@@ -35,7 +35,8 @@ SystemdGpuNode::SystemdGpuNode(NspawnSystemd& systemd) : systemd_(systemd) {
 }
 
 ScopeContainer SystemdGpuNode::start_container(const std::vector<std::string>& properties,
-                                               const std::vector<OciDeviceCgroupRule>& spec_rules, std::string* why) {
+                                               const std::vector<OciDeviceCgroupRule>& spec_rules, std::string* why,
+                                               bool create_ended) {
   ScopeContainer c;
   c.pod_uid = random_uuid();
   c.id = random_hex(64);
@@ -77,10 +78,12 @@ ScopeContainer SystemdGpuNode::start_container(const std::vector<std::string>& p
       {"linux", {{"cgroupsPath", c.slice + ":cri-containerd:" + c.id}, {"resources", {{"devices", devices}}}}}};
   files_.write("run/" + c.id + "/config.json", spec.dump());
   // Started already (the scope's process runs): the pid file the runtime writes last.
-  files_.write("run/" + c.id + "/init.pid", "1");
+  if (create_ended) end_create(c);
   files_.write("kubelet/kubelet_internal_checkpoint", one_gpu_checkpoint(c.pod_uid, "cuda", kSystemdNodeGpu));
   return c;
 }
+
+void SystemdGpuNode::end_create(const ScopeContainer& c) { files_.write("run/" + c.id + "/init.pid", std::to_string(c.pid)); }
 
 std::vector<std::string> SystemdGpuNode::unit_dirs() const {
   return {systemd_.root_path("/run/systemd/system.control"), systemd_.root_path("/run/systemd/transient")};

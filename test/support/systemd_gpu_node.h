@@ -45,8 +45,13 @@ class SystemdGpuNode {
   // scope's `properties` ("DevicePolicy=strict", "DeviceAllow=/dev/char/1:3 rwm"), writes
   // its bundle (linux.resources.devices = `spec_rules`) and the checkpoint giving it the
   // GPU (container name "cuda"). pid 0 on failure, with the reason in *why.
+  // `create_ended` false: the runtime's create goes on (its pid file, init.pid, not yet
+  // written: end_create() writes it).
   ScopeContainer start_container(const std::vector<std::string>& properties,
-                                 const std::vector<OciDeviceCgroupRule>& spec_rules, std::string* why);
+                                 const std::vector<OciDeviceCgroupRule>& spec_rules, std::string* why,
+                                 bool create_ended = true);
+  // The pid file the runtime writes last, holding the container's first process.
+  void end_create(const ScopeContainer& c);
 
   // The daemon's configuration for this node (after start_container): metrics on 127.0.0.1:<port>, then `extra`
   // (top-level YAML keys not set here: mode, probe, daemon, repair, log).
