@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/check_exposure.h"
+#include "app/create_wait.h"
 #include "backend/systemd_scope.h"
 #include "node/config_file.h"
 #include "node/node_loader.h"
@@ -25,6 +26,8 @@ namespace gdw {
 namespace {
 
 using json = nlohmann::ordered_json;
+// Processes are the live kernel's (the first process's parent), whatever the fixture root.
+constexpr const char* kLiveProcRoot = "/proc";
 
 using Observation = Result<DeviceState>;
 
@@ -40,6 +43,7 @@ struct ContainerReport {
   std::string systemd_note;  // systemd driver: what SetUnitProperties did
   std::string repair_note;   // what the grant changed beyond the devices (device programs wrapped)
   std::string repair_error;  // why the grant failed as a whole
+  std::string create_note;   // what of the runtime's create still went on at the wait's limit
   std::optional<Observation> after;
 
   const Observation& final_check() const { return after ? *after : before; }
@@ -174,6 +178,8 @@ void print_text(const NodeModel& node, const DeviceAccess& access, const std::ve
       fmt::print("{}: {} {} (c {}) — {}\n", who(r.target), g.outcome ? "granted" : "could not grant", g.device.name,
                  format_device_number(g.device.dev), grant_result(g));
     if (!r.systemd_note.empty()) fmt::print("{}: {}\n", who(r.target), r.systemd_note);
+    if (!r.create_note.empty())
+      fmt::print("{}: repaired though {} after repair.apply_wait_limit\n", who(r.target), r.create_note);
     if (!r.repair_note.empty()) fmt::print("{}: {}\n", who(r.target), r.repair_note);
     if (!r.repair_error.empty()) fmt::print("{}: could not replace the device programs: {}\n", who(r.target), r.repair_error);
     if (!r.final_check() && !is_cgroup_gone(r.final_check().error()))
@@ -218,6 +224,7 @@ json container_json(const ContainerReport& r) {
   }
   if (!r.systemd_note.empty()) c["systemd"] = r.systemd_note;
   if (!r.repair_note.empty()) c["repair"] = r.repair_note;
+  if (!r.create_note.empty()) c["create_not_ended"] = r.create_note;
   if (!r.repair_error.empty()) c["repair_error"] = r.repair_error;
   c["unresolved"] = r.target.desired.unresolved;
   c["unresolved_cdi"] = r.target.desired.unresolved_cdi;
@@ -307,6 +314,9 @@ ContainerReport check_container(DeviceAccess& access, const Config& config, cons
   RepairState state(RepairBudget(config.repair.burst, config.repair.max_per_minute));
   RepairSettings settings = RepairSettings::from(config);
   if (!repair) settings.mode = Mode::kObserve;
+  // Never inside the runtime's create: waited for as the daemon waits, then repaired anyway.
+  if (repair && target.bundle)
+    r.create_note = wait_for_create_end(*target.bundle, config.repair.apply_wait_limit, kLiveProcRoot);
   RepairStep step = repair_once(access, state, cg.cgroup_dir, target.desired, Clock::now(), settings);
   r.before = std::move(step.observed);
   if (step.applied) {

@@ -1,0 +1,79 @@
+// `check --repair` never grants inside a runtime's create either. A container's runtime (a
+// process calling itself runc) has made its cgroup, applied the spec (the GPU not in it) and
+// lives on, its pid file not yet written: `check --repair` waits for the create's end, as
+// the daemon does, and grants after it; where the create outlasts repair.apply_wait_limit it
+// grants then, and says what still went on.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "support/apply_wait_checks.h"
+#include "support/process.h"
+#include "support/sandbox_node.h"
+
+namespace gdw::test {
+namespace {
+
+using std::chrono::milliseconds;
+
+class CheckCreate : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = apply_wait_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  }
+  const SandboxContainer& create(SandboxNode& node) {
+    SandboxContainerSpec spec;
+    spec.container_name = "cuda";
+    spec.device_ids = {node.gpu_uuid(0)};
+    const SandboxContainer& c = node.add_container_in_create(spec, "runc", SandboxNode::CreateShape::kRuntimeMakesCgroup,
+                                                             {.pid_file_at_exit = true});
+    node.write_checkpoint();
+    return c;
+  }
+};
+
+TEST_P(CheckCreate, RepairWaitsForTheCreatesEnd) {
+  SandboxNode node(apply_wait_node(GetParam(), false, "check-create"));
+  const SandboxContainer& c = create(node);
+  ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "the spec lacks the GPU";
+
+  BackgroundProcess check({GDW_BINARY, "check", "--repair", "--config", node.write_config()});
+  const auto until = std::chrono::steady_clock::now() + milliseconds(300);
+  for (int look = 0; std::chrono::steady_clock::now() < until; ++look) {
+    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted inside the runtime's create (look " << look << ")\n"
+                                                    << check.output();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_TRUE(check.running()) << "check --repair did not wait for the create\n" << check.output();
+  node.release_lingering(c.runtime);  // writes the pid file and exits
+  EXPECT_EQ(check.wait(std::chrono::seconds(5)), 0) << check.output();
+  node.finish_runtime(c);
+  EXPECT_NE(check.output().find("granted nvidia0"), std::string::npos) << check.output();
+  EXPECT_EQ(check.output().find("repaired though"), std::string::npos) << check.output();
+  EXPECT_EQ(node.open_errno(c, "nvidia0"), ENXIO);
+  EXPECT_EQ(node.open_errno(c, "nvidia1"), EPERM) << "not allocated";
+}
+
+TEST_P(CheckCreate, ACreateOutlastingTheLimitIsRepairedAndSaidSo) {
+  SandboxNode node(apply_wait_node(GetParam(), false, "check-create-limit"));
+  const SandboxContainer& c = create(node);
+  const auto started = std::chrono::steady_clock::now();
+  auto r = run_command({GDW_BINARY, "check", "--repair", "--config",
+                        node.write_config("repair:\n  apply_wait_limit: 200ms\n")});
+  const auto took = std::chrono::steady_clock::now() - started;
+  const int open_after = node.open_errno(c, "nvidia0");
+  node.finish_runtime(c);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_GE(took, milliseconds(200)) << r.out;
+  EXPECT_NE(r.out.find("repaired though its runtime's create has not written"), std::string::npos) << r.out;
+  EXPECT_EQ(open_after, ENXIO) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(CgroupVersions, CheckCreate, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "V2" : "V1"; });
+
+}  // namespace
+}  // namespace gdw::test
