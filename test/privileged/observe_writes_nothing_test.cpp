@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -18,7 +17,6 @@
 
 #include "support/daemon_harness.h"
 #include "support/device_program_tools.h"
-#include "support/foreign_device_program.h"
 #include "support/metrics_text.h"
 #include "support/nspawn_systemd.h"
 #include "support/process.h"
@@ -82,15 +80,10 @@ INSTANTIATE_TEST_SUITE_P(Cgroups, ObserveWritesNothing, ::testing::Values(false,
 // Under real systemd (cgroup v2, the systemd driver): no DeviceAllow= added to the scope,
 // nothing over D-Bus, no program swapped, also across a daemon-reload.
 TEST(ObserveWritesNothingUnderSystemd, NoUnitPropertyAndNoProgramChange) {
-  if (auto why = NspawnSystemd::unavailable_reason(CgroupMode::kV2); !why.empty()) GTEST_SKIP() << why;
-  if (ForeignProgram probe("", SandboxNode::spec_rules()); probe.fd < 0)
-    GTEST_SKIP() << "cgroup device programs cannot be loaded here: " << std::strerror(probe.load_errno);
-  auto rootfs = ensure_bookworm_rootfs();
-  if (rootfs.path.empty()) {
-    if (rootfs.download_failed) GTEST_SKIP() << rootfs.unavailable;
-    FAIL() << rootfs.unavailable;
-  }
-  NspawnSystemd systemd(rootfs.path, CgroupMode::kV2);
+  const auto boot = systemd_boot_prerequisites(CgroupMode::kV2);
+  if (!boot.skip.empty()) GTEST_SKIP() << boot.skip;
+  ASSERT_EQ(boot.failure, "");
+  NspawnSystemd systemd(boot.rootfs, CgroupMode::kV2);
   ASSERT_TRUE(systemd.ok()) << systemd.error();
   SystemdGpuNode node(systemd);
   ASSERT_EQ(node.error(), "");

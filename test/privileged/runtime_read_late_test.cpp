@@ -70,8 +70,6 @@ const SandboxContainer* create_while_stopped(SandboxNode& node, DaemonHarness& d
   return made;
 }
 
-// A node of systemd-named cgroups with one pod allocated a GPU (its create to come), and the
-// daemon to run there.
 // The tests of a pod's create in a scope made first, on v2 or v1 (the parameter): the daemon
 // started with its defaults, then the create by a runtime calling itself runc, made while the
 // daemon is stopped (create_while_stopped()).

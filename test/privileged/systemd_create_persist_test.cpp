@@ -12,42 +12,30 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstring>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 
 #include "support/device_program_tools.h"
-#include "support/foreign_device_program.h"
 #include "support/metrics_text.h"
 #include "support/nspawn_systemd.h"
 #include "support/process.h"
 #include "support/sandbox_node.h"
 #include "support/temp_dir.h"
 #include "support/systemd_gpu_node.h"
+#include "support/systemd_node_test.h"
 
 namespace gdw::test {
 namespace {
 
 using std::chrono::milliseconds;
 
-class SystemdCreate : public ::testing::TestWithParam<CgroupMode> {
+class SystemdCreate : public SystemdNodeTest {
  protected:
   void SetUp() override {
-    if (auto why = NspawnSystemd::unavailable_reason(GetParam()); !why.empty()) GTEST_SKIP() << why;
-    if (GetParam() == CgroupMode::kV2)
-      if (ForeignProgram probe("", SandboxNode::spec_rules()); probe.fd < 0)
-        GTEST_SKIP() << "cgroup device programs cannot be loaded here: " << std::strerror(probe.load_errno);
-    auto rootfs = ensure_bookworm_rootfs();
-    if (rootfs.path.empty()) {
-      if (rootfs.download_failed) GTEST_SKIP() << rootfs.unavailable;
-      FAIL() << rootfs.unavailable;
-    }
-    systemd_ = std::make_unique<NspawnSystemd>(rootfs.path, GetParam());
-    ASSERT_TRUE(systemd_->ok()) << systemd_->error();
-    node_ = std::make_unique<SystemdGpuNode>(*systemd_);
-    ASSERT_EQ(node_->error(), "");
+    SystemdNodeTest::SetUp();
+    if (!ready()) return;
     properties_ = {"DevicePolicy=strict"};
     for (const auto& [path, access] : runc_default_device_allow())
       properties_.push_back("DeviceAllow=" + path + " " + access);
@@ -78,8 +66,6 @@ class SystemdCreate : public ::testing::TestWithParam<CgroupMode> {
                                          : read_file(c.cgroup + "/devices.list");
   }
 
-  std::unique_ptr<NspawnSystemd> systemd_;
-  std::unique_ptr<SystemdGpuNode> node_;
   std::vector<std::string> properties_;
   std::unique_ptr<BackgroundProcess> daemon_;
   int port_ = free_port();

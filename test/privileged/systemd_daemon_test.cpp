@@ -15,23 +15,16 @@
 #include "support/nspawn_systemd.h"
 #include "support/process.h"
 #include "support/systemd_gpu_node.h"
+#include "support/systemd_node_test.h"
 
 namespace gdw::test {
 namespace {
 
-class DaemonWithSystemd : public ::testing::TestWithParam<CgroupMode> {
+class DaemonWithSystemd : public SystemdNodeTest {
  protected:
   void SetUp() override {
-    if (auto why = NspawnSystemd::unavailable_reason(GetParam()); !why.empty()) GTEST_SKIP() << why;
-    rootfs_ = ensure_bookworm_rootfs();
-    if (rootfs_.path.empty()) {
-      if (rootfs_.download_failed) GTEST_SKIP() << rootfs_.unavailable;
-      FAIL() << rootfs_.unavailable;
-    }
-    systemd_ = std::make_unique<NspawnSystemd>(rootfs_.path, GetParam());
-    ASSERT_TRUE(systemd_->ok()) << systemd_->error();
-    node_ = std::make_unique<SystemdGpuNode>(*systemd_);
-    ASSERT_EQ(node_->error(), "");
+    SystemdNodeTest::SetUp();
+    if (!ready()) return;
     std::string why;
     c_ = node_->start_container({"DevicePolicy=strict", "DeviceAllow=/dev/char/1:3 rwm"},
                                 {{false, DeviceRule{}}, {true, DeviceRule{DeviceType::kChar, 1, 3, kAccessAll}}}, &why);
@@ -51,9 +44,6 @@ class DaemonWithSystemd : public ::testing::TestWithParam<CgroupMode> {
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   }
 
-  BookwormRootfs rootfs_;
-  std::unique_ptr<NspawnSystemd> systemd_;
-  std::unique_ptr<SystemdGpuNode> node_;
   ScopeContainer c_;
 };
 

@@ -20,14 +20,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "support/device_program_tools.h"
-#include "support/foreign_device_program.h"
 #include "support/metrics_text.h"
 #include "support/nspawn_systemd.h"
 #include "support/open_spinner.h"
@@ -69,15 +67,10 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 class SystemdV2Prevention : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (auto why = NspawnSystemd::unavailable_reason(CgroupMode::kV2); !why.empty()) GTEST_SKIP() << why;
-    if (ForeignProgram probe("", SandboxNode::spec_rules()); probe.fd < 0)
-      GTEST_SKIP() << "cgroup device programs cannot be loaded here: " << std::strerror(probe.load_errno);
-    auto rootfs = ensure_bookworm_rootfs();
-    if (rootfs.path.empty()) {
-      if (rootfs.download_failed) GTEST_SKIP() << rootfs.unavailable;
-      FAIL() << rootfs.unavailable;
-    }
-    systemd_ = std::make_unique<NspawnSystemd>(rootfs.path, CgroupMode::kV2);
+    const auto boot = systemd_boot_prerequisites(CgroupMode::kV2);
+    if (!boot.skip.empty()) GTEST_SKIP() << boot.skip;
+    ASSERT_EQ(boot.failure, "");
+    systemd_ = std::make_unique<NspawnSystemd>(boot.rootfs, CgroupMode::kV2);
     ASSERT_TRUE(systemd_->ok()) << systemd_->error();
     node_ = std::make_unique<SystemdGpuNode>(*systemd_);
     ASSERT_EQ(node_->error(), "");

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "support/foreign_device_program.h"
 #include "support/sandbox_node.h"
 
 namespace gdw::test {
@@ -32,6 +33,21 @@ SystemdGpuNode::SystemdGpuNode(NspawnSystemd& systemd) : systemd_(systemd) {
       return;
     }
   }
+}
+
+SystemdBootPrerequisites systemd_boot_prerequisites(CgroupMode mode) {
+  SystemdBootPrerequisites p;
+  if (p.skip = NspawnSystemd::unavailable_reason(mode); !p.skip.empty()) return p;
+  if (mode == CgroupMode::kV2)
+    if (ForeignProgram probe("", SandboxNode::spec_rules()); probe.fd < 0) {
+      p.skip = std::string("cgroup device programs cannot be loaded here: ") + std::strerror(probe.load_errno);
+      return p;
+    }
+  const BookwormRootfs rootfs = ensure_bookworm_rootfs();
+  if (rootfs.path.empty())
+    (rootfs.download_failed ? p.skip : p.failure) = rootfs.unavailable;
+  p.rootfs = rootfs.path;
+  return p;
 }
 
 ScopeContainer SystemdGpuNode::start_container(const std::vector<std::string>& properties,

@@ -31,6 +31,17 @@ struct ScopeContainer {
   pid_t pid = 0;       // the scope's process (host PID)
 };
 
+// What a test needs before it boots a real systemd in `mode`: nspawn and the mode here,
+// device programs that load (v2), and Debian's root file system. `skip`: why it cannot run
+// here; `failure`: why it should and cannot (the mirror answered, the build failed); else
+// `rootfs` is the root to boot.
+struct SystemdBootPrerequisites {
+  std::string skip;
+  std::string failure;
+  std::string rootfs;
+};
+SystemdBootPrerequisites systemd_boot_prerequisites(CgroupMode mode);
+
 // runc's default device rules as its systemd driver turns them into DeviceAllow= entries
 // (path, access), in its order.
 std::vector<std::pair<std::string, std::string>> runc_default_device_allow();
