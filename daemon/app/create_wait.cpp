@@ -6,8 +6,6 @@
 #include <ctime>
 #include <thread>
 
-#include "core/apply_wait.h"
-#include "core/writer_name.h"
 #include "runtime/create_runtime.h"
 
 namespace gdw {
@@ -31,8 +29,7 @@ std::string create_going_on(const Bundle& bundle, bool bundle_new, const std::st
   struct stat st{};
   if (::stat(pid_file.c_str(), &st) != 0)
     return bundle_new ? "its runtime's create has not written " + pid_file + " yet" : std::string();
-  const auto runtime = read_create_runtime(pid_file, proc_root);
-  if (runtime && writer_waited_for(recognise_writer({runtime->comm, "", "", runtime->pid})))
+  if (const auto runtime = create_runtime_at_work(pid_file, proc_root))
     return "its runtime (" + runtime->comm + ", pid " + std::to_string(runtime->pid) + ") has not exited yet";
   return {};
 }

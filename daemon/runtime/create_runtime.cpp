@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "core/apply_wait.h"
+#include "core/writer_name.h"
 #include "hostfs/bounded_file.h"
 
 namespace gdw {
@@ -52,6 +54,12 @@ std::optional<CreateRuntime> read_create_runtime(const std::string& pid_file, co
   if (!comm) return std::nullopt;
   if (!comm->empty() && comm->back() == '\n') comm->pop_back();
   return CreateRuntime{*parent, std::move(*comm)};
+}
+
+std::optional<CreateRuntime> create_runtime_at_work(const std::string& pid_file, const std::string& proc_root) {
+  auto runtime = read_create_runtime(pid_file, proc_root);
+  if (!runtime || !writer_waited_for(recognise_writer({runtime->comm, "", "", runtime->pid}))) return std::nullopt;
+  return runtime;
 }
 
 }  // namespace gdw

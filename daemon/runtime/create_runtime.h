@@ -27,5 +27,8 @@ struct CreateRuntime {
 // The parent of the process in `pid_file`, read from `proc_root` (the live /proc); nullopt
 // when a file is missing or malformed (the process or its parent gone).
 std::optional<CreateRuntime> read_create_runtime(const std::string& pid_file, const std::string& proc_root);
+// read_create_runtime(), when that parent is a writer a grant waits for (runc, crun:
+// writer_waited_for, core/apply_wait.h): the create has not ended. nullopt otherwise.
+std::optional<CreateRuntime> create_runtime_at_work(const std::string& pid_file, const std::string& proc_root);
 
 }  // namespace gdw

@@ -8,7 +8,6 @@
 
 #include <cerrno>
 
-#include "core/writer_name.h"
 #include "log/log.h"
 #include "runtime/create_runtime.h"
 #include "service/arm_timer.h"
@@ -74,21 +73,19 @@ void ApplyWaits::release_ended() {
 }
 
 bool ApplyWaits::create_pending(WatchedContainer& w, Held& h) {
-  if (w.create_ended || w.create_marker.empty()) return false;
+  if (!w.creating()) return false;
   struct stat st{};
   if (::stat(w.create_marker.c_str(), &st) != 0) return true;
   w.create_ended = true;  // the pid file stays while the container lives: one stat until seen
   // Written before the runtime exits: while its first process's parent is still a runtime,
   // that create is waited for (runtime/create_runtime.h), whether or not the probe saw it.
-  if (const auto runtime = read_create_runtime(w.create_marker, kLiveProcRoot);
-      runtime && writer_waited_for(recognise_writer({runtime->comm, "", "", runtime->pid})))
-    take_writer(h, runtime->pid);
+  if (const auto runtime = create_runtime_at_work(w.create_marker, kLiveProcRoot)) take_writer(h, runtime->pid);
   return false;
 }
 
 bool ApplyWaits::wait(WatchedContainer& w, const Request& r) {
   const auto it = held_.find(w.cgroup.cgroup_dir);
-  if (it == held_.end() && r.writer == 0 && !r.unnamed_write && (w.create_ended || w.create_marker.empty()) &&
+  if (it == held_.end() && r.writer == 0 && !r.unnamed_write && !w.creating() &&
       !w.apply_wait.since && Clock::now() >= w.apply_wait.quiet_until)
     return false;  // the common case, decided without a lookup
   return wait_or_hold(w, r, /*keep=*/true);

@@ -236,7 +236,7 @@ void ContainerFleet::apply_target(WatchedContainer& w, ContainerTarget target) {
   if (w.appeared_while_running && !w.create_ended && w.create_marker.empty() && w.target.bundle)
     w.create_marker = create_pid_file(*w.target.bundle);
   // Watched before its first look (a stat), so that no write of the pid file goes unseen.
-  if (is_gpu && settings_.mode == Mode::kEnforce && !w.create_ended && !w.create_marker.empty())
+  if (is_gpu && settings_.mode == Mode::kEnforce && w.creating())
     watches_.watch_create(w, w.create_marker);
   if (is_gpu && w.cgroup_id == 0) {
     struct stat st{};
@@ -314,7 +314,7 @@ bool ContainerFleet::check_ids(Clock::time_point trigger, const std::vector<std:
 bool ContainerFleet::check(WatchedContainer& w, Clock::time_point trigger, const CheckCause& cause, bool write_event) {
   if (!access_ || !w.is_gpu()) return false;
   // Never inside a runtime's own apply: observe mode writes nothing, so it never waits.
-  const bool creating = !w.create_ended && !w.create_marker.empty();
+  const bool creating = w.creating();
   if (settings_.mode == Mode::kEnforce && must_wait(w, trigger, cause, write_event)) return false;
   const bool create_just_ended = creating && w.create_ended;
   const auto before = w.repair_gauge_inputs();

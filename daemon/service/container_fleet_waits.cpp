@@ -36,7 +36,7 @@ bool ContainerFleet::must_wait(WatchedContainer& w, Clock::time_point trigger, c
   // known only by its pid file (systemd's scope, attached before the probe watched it).
   if (const pid_t writer = apply_waits_.writer(w.cgroup.cgroup_dir)) {
     follow_writer(w, writer);
-  } else if (!w.create_ended && !w.create_marker.empty()) {
+  } else if (w.creating()) {
     // A writer it held has exited and the create goes on (the NVIDIA hook runs inside runc's
     // create): its end is seen as it comes again, the looks for the pid file 100 ms apart.
     watches_.watch_create(w, w.create_marker);
@@ -48,7 +48,7 @@ bool ContainerFleet::must_wait(WatchedContainer& w, Clock::time_point trigger, c
 bool ContainerFleet::in_runtime_apply(const WatchedContainer& w) const {
   if (settings_.mode != Mode::kEnforce) return false;  // observe mode never waits (nor persists)
   const std::string& dir = w.cgroup.cgroup_dir;
-  return (!w.create_ended && !w.create_marker.empty()) || apply_waits_.writer(dir) != 0 || apply_waits_.keeps(dir);
+  return w.creating() || apply_waits_.writer(dir) != 0 || apply_waits_.keeps(dir);
 }
 
 void ContainerFleet::prepare_grant(const CheckCause& cause) {

@@ -61,6 +61,8 @@ struct WatchedContainer {
   bool appeared_while_running = false;
   std::string create_marker;
   bool create_ended = false;
+  // Its create is waited for and has not been seen to end.
+  bool creating() const { return !create_ended && !create_marker.empty(); }
 
   // Repair: drift, back-off, the fight-loop guard, systemd persistence.
   RepairState repair;
