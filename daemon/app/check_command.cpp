@@ -178,8 +178,10 @@ void print_text(const NodeModel& node, const DeviceAccess& access, const std::ve
       fmt::print("{}: {} {} (c {}) — {}\n", who(r.target), g.outcome ? "granted" : "could not grant", g.device.name,
                  format_device_number(g.device.dev), grant_result(g));
     if (!r.systemd_note.empty()) fmt::print("{}: {}\n", who(r.target), r.systemd_note);
-    if (!r.create_note.empty())
+    if (!r.create_note.empty() && !r.grants.empty())
       fmt::print("{}: repaired though {} after repair.apply_wait_limit\n", who(r.target), r.create_note);
+    else if (!r.create_note.empty())
+      fmt::print("{}: {} after repair.apply_wait_limit (nothing was granted)\n", who(r.target), r.create_note);
     if (!r.repair_note.empty()) fmt::print("{}: {}\n", who(r.target), r.repair_note);
     if (!r.repair_error.empty()) fmt::print("{}: could not replace the device programs: {}\n", who(r.target), r.repair_error);
     if (!r.final_check() && !is_cgroup_gone(r.final_check().error()))
@@ -308,15 +310,15 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
 // One container through the repair loop's own step (service/repair_step.h), once: observe,
 // plan (enforce with --repair, observe without), grant directly; then, systemd driver,
 // persist the grant in the scope's DeviceAllow= and look again.
+// `create_note`: what of the runtime's create still went on when the wait for its end
+// (check_containers) reached its limit.
 ContainerReport check_container(DeviceAccess& access, const Config& config, const DiscoveredContainer& cg,
-                                ContainerTarget target, bool repair) {
+                                ContainerTarget target, bool repair, std::string create_note) {
   ContainerReport r;
+  r.create_note = std::move(create_note);
   RepairState state(RepairBudget(config.repair.burst, config.repair.max_per_minute));
   RepairSettings settings = RepairSettings::from(config);
   if (!repair) settings.mode = Mode::kObserve;
-  // Never inside the runtime's create: waited for as the daemon waits, then repaired anyway.
-  if (repair && target.bundle)
-    r.create_note = wait_for_create_end(*target.bundle, config.repair.apply_wait_limit, kLiveProcRoot);
   RepairStep step = repair_once(access, state, cg.cgroup_dir, target.desired, Clock::now(), settings);
   r.before = std::move(step.observed);
   if (step.applied) {
@@ -372,7 +374,9 @@ struct NodeReport {
 
 NodeReport check_containers(NodeModel& node, DeviceAccess& access, const Config& config, bool repair) {
   NodeReport n;
-  for (const auto& cg : node.scan().containers) {
+  const KubepodsTree tree = node.scan();  // kept: the GPU containers are repaired after the scan
+  std::vector<std::pair<const DiscoveredContainer*, ContainerTarget>> gpu;
+  for (const auto& cg : tree.containers) {
     ContainerTarget target = node.resolve(cg);
     if (target.kind == TargetKind::kUnidentified) {
       if (node.allocations().pod_has_devices(cg.pod.pod_uid) || target.identity_conflict)
@@ -384,8 +388,15 @@ NodeReport check_containers(NodeModel& node, DeviceAccess& access, const Config&
       if (target.env_visible) n.env_only.push_back(std::move(target));
       continue;
     }
-    n.reports.push_back(check_container(access, config, cg, std::move(target), repair));
+    gpu.emplace_back(&cg, std::move(target));
   }
+  // Never inside a runtime's create: waited for as the daemon waits (all together), then
+  // repaired anyway.
+  std::vector<const Bundle*> creates;
+  for (const auto& [cg, target] : gpu) creates.push_back(repair && target.bundle ? &*target.bundle : nullptr);
+  wait_for_creates_end(creates, config.repair.apply_wait_limit, kLiveProcRoot, [&](std::size_t i, std::string note) {
+    n.reports.push_back(check_container(access, config, *gpu[i].first, std::move(gpu[i].second), repair, std::move(note)));
+  });
   std::sort(n.reports.begin(), n.reports.end(),
             [](const ContainerReport& a, const ContainerReport& b) { return who(a.target) < who(b.target); });
   return n;

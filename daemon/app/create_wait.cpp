@@ -5,6 +5,7 @@
 #include <chrono>
 #include <ctime>
 #include <thread>
+#include <vector>
 
 #include "runtime/create_runtime.h"
 
@@ -36,13 +37,31 @@ std::string create_going_on(const Bundle& bundle, bool bundle_new, const std::st
 
 }  // namespace
 
-std::string wait_for_create_end(const Bundle& bundle, Duration limit, const std::string& proc_root) {
+void wait_for_creates_end(const std::vector<const Bundle*>& bundles, Duration limit, const std::string& proc_root,
+                          const std::function<void(std::size_t, std::string)>& ended) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  const auto age = written_ago(bundle.config_path);
-  const bool bundle_new = age && *age < limit;
+  struct Pending {
+    std::size_t index;
+    bool bundle_new;
+  };
+  std::vector<Pending> pending;
+  for (std::size_t i = 0; i < bundles.size(); ++i) {
+    if (!bundles[i]) {
+      ended(i, {});
+      continue;
+    }
+    const auto age = written_ago(bundles[i]->config_path);
+    pending.push_back({i, age && *age < limit});
+  }
   for (;;) {
-    std::string going_on = create_going_on(bundle, bundle_new, proc_root);
-    if (going_on.empty() || std::chrono::steady_clock::now() >= deadline) return going_on;
+    const bool at_limit = std::chrono::steady_clock::now() >= deadline;
+    std::erase_if(pending, [&](const Pending& p) {
+      std::string going_on = create_going_on(*bundles[p.index], p.bundle_new, proc_root);
+      if (!going_on.empty() && !at_limit) return false;
+      ended(p.index, std::move(going_on));
+      return true;
+    });
+    if (pending.empty()) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
