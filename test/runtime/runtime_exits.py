@@ -22,6 +22,9 @@ down (a Go runtime's address space: up to ~1 ms on a 2-vCPU VM) on that CPU, whe
 woken meanwhile may wait. Its end is when the kernel tells its parent (the SIGCHLD it
 generates, `signal/signal_generate` sig 17 from that thread group): the invocation has
 returned, as containerd and kubelet see it. Both are kept.
+
+The instance is read through its `trace_pipe`, which consumes what it returns: an event
+recorded while a take() reads is in the next take(), never lost between a read and a clear.
 """
 
 import os
@@ -96,6 +99,8 @@ class RuntimeExits:
         self.inst = None
         self.active = False
         self.state = TraceState()
+        self.pipe = -1  # the instance's trace_pipe, read without blocking
+        self.partial = b""  # a line the last read cut short
 
     def _mount_tracefs(self):
         """The node's tracefs at TRACEFS, or, where nothing mounted it there (systemd mounts it
@@ -153,6 +158,7 @@ class RuntimeExits:
             self._write("events/%s/filter" % ATTACH_EVENT, 'cmd == %d && comm == "%s"' % (BPF_PROG_ATTACH, DAEMON_COMM))
             self._write("events/%s/filter" % RULE_WRITE_EVENT, 'comm == "%s" && fd > 2 && count > 8 && count < 64' % DAEMON_COMM)
             self._write("events/%s/filter" % SIGNAL_EVENT, "sig == %d" % SIGCHLD)
+            self.pipe = os.open(os.path.join(self.inst, "trace_pipe"), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             for event in EVENTS:
                 self._write("events/%s/enable" % event, "1")
         except OSError as e:
@@ -165,15 +171,30 @@ class RuntimeExits:
         grants go to `attaches`. An end that comes after the take is not counted."""
         if not self.active:
             return [], {}
-        with open(os.path.join(self.inst, "trace")) as f:
-            text = f.read()
-        with open(os.path.join(self.inst, "trace"), "w"):
-            pass  # opened for writing with O_TRUNC: the buffer is cleared
-        exits, ends = parse(text, self.state, attaches)
+        exits, ends = parse(self._drain(), self.state, attaches)
         self.state.awaiting.clear()  # its samples are judged now
         return exits, ends
 
+    def _drain(self):
+        """The whole lines recorded since the last drain (a cut one waits for its end)."""
+        chunks = [self.partial]
+        while True:
+            try:
+                chunk = os.read(self.pipe, 1 << 16)
+            except BlockingIOError:
+                break  # nothing more recorded now
+            if not chunk:
+                break
+            chunks.append(chunk)
+        data = b"".join(chunks)
+        cut = data.rfind(b"\n") + 1
+        self.partial = data[cut:]
+        return data[:cut].decode(errors="replace")
+
     def stop(self):
+        if self.pipe >= 0:
+            os.close(self.pipe)  # before the instance's removal, which an open file refuses
+            self.pipe = -1
         if not self.active:
             self._unmount_tracefs()
             return
