@@ -19,19 +19,22 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// A GPU container `name` holding GPU `gpu`, its runtime (calling itself runc) still in its
+// create: the pid file is written when the runtime is let go.
+const SandboxContainer& create(SandboxNode& node, const std::string& name = "cuda", int gpu = 0) {
+  SandboxContainerSpec spec;
+  spec.container_name = name;
+  spec.device_ids = {node.gpu_uuid(gpu)};
+  const SandboxContainer& c = node.add_container_in_create(spec, "runc", SandboxNode::CreateShape::kRuntimeMakesCgroup,
+                                                           {.pid_file_at_exit = true});
+  node.write_checkpoint();
+  return c;
+}
+
 class CheckCreate : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     if (const std::string why = apply_wait_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
-  }
-  const SandboxContainer& create(SandboxNode& node) {
-    SandboxContainerSpec spec;
-    spec.container_name = "cuda";
-    spec.device_ids = {node.gpu_uuid(0)};
-    const SandboxContainer& c = node.add_container_in_create(spec, "runc", SandboxNode::CreateShape::kRuntimeMakesCgroup,
-                                                             {.pid_file_at_exit = true});
-    node.write_checkpoint();
-    return c;
   }
 };
 
@@ -79,12 +82,7 @@ TEST_P(CheckCreate, ACreateOutlastingTheLimitIsRepairedAndSaidSo) {
 TEST_P(CheckCreate, CreatesAreWaitedForTogether) {
   SandboxNode node(apply_wait_node(GetParam(), false, "check-create-two"));
   const SandboxContainer& a = create(node);
-  SandboxContainerSpec spec;
-  spec.container_name = "cuda-b";
-  spec.device_ids = {node.gpu_uuid(1)};
-  const SandboxContainer& b = node.add_container_in_create(spec, "runc", SandboxNode::CreateShape::kRuntimeMakesCgroup,
-                                                           {.pid_file_at_exit = true});
-  node.write_checkpoint();
+  const SandboxContainer& b = create(node, "cuda-b", 1);
   const auto started = std::chrono::steady_clock::now();
   auto r = run_command({GDW_BINARY, "check", "--repair", "--config",
                         node.write_config("repair:\n  apply_wait_limit: 600ms\n")});
@@ -110,12 +108,7 @@ INSTANTIATE_TEST_SUITE_P(CgroupVersions, CheckCreate, ::testing::Values(true, fa
 TEST(CheckCreateV1, ACreateOutlastingTheLimitWithNothingMissingIsNotCalledRepaired) {
   if (const std::string why = apply_wait_unavailable(false); !why.empty()) GTEST_SKIP() << why;
   SandboxNode node(apply_wait_node(false, false, "check-create-whole"));
-  SandboxContainerSpec spec;
-  spec.container_name = "cuda";
-  spec.device_ids = {node.gpu_uuid(0)};
-  const SandboxContainer& c = node.add_container_in_create(spec, "runc", SandboxNode::CreateShape::kRuntimeMakesCgroup,
-                                                           {.pid_file_at_exit = true});
-  node.write_checkpoint();
+  const SandboxContainer& c = create(node);
   for (std::uint32_t major : {node.majors().nvidia, node.majors().uvm, node.majors().caps})
     ASSERT_EQ(node.cgroups().allow(c.cgroup_rel, "c " + std::to_string(major) + ":* rwm"), 0);
   ASSERT_EQ(node.open_errno(c, "nvidia0"), ENXIO);
