@@ -16,6 +16,14 @@ CPU: on v2 its `BPF_PROG_ATTACH` calls, on v1 its writes of a rule line (a `writ
 63 bytes, not to stdout or stderr: "c 195:0 rw" to devices.allow; its eventfd writes are 8
 bytes, and it writes nothing else of that size while a container starts).
 
+It also records what would show the daemon acting through systemd inside a runtime's apply,
+which no grant of its own shows: every `sendmsg` of the daemon's main thread (its D-Bus
+messages to systemd: in the matrix only `SetUnitProperties` once it runs, and its `Hello` and
+`AddMatch` at its start; asked, systemd attaches a new device program to the scope, which
+breaks a runc that is between its look at the scope's programs and its own attach), and
+every `bpf()` call of a runtime invocation: one that made any is an apply of device programs,
+from its exec to its exit (`Calls.applies`).
+
 An exit has two moments. `sched_process_exit` fires as the last thread enters do_exit: the
 apply is over (the daemon's probe acts on it too), but the kernel then still tears the process
 down (a Go runtime's address space: up to ~1 ms on a 2-vCPU VM) on that CPU, where a tenant
@@ -38,43 +46,70 @@ EXEC_EVENT = "sched/sched_process_exec"
 ATTACH_EVENT = "syscalls/sys_enter_bpf"
 RULE_WRITE_EVENT = "syscalls/sys_enter_write"
 SIGNAL_EVENT = "signal/signal_generate"
+SENDMSG_EVENT = "syscalls/sys_enter_sendmsg"
 SIGCHLD = 17
-EVENTS = (EXEC_EVENT, EXIT_EVENT, ATTACH_EVENT, RULE_WRITE_EVENT, SIGNAL_EVENT)
+EVENTS = (EXEC_EVENT, EXIT_EVENT, ATTACH_EVENT, RULE_WRITE_EVENT, SIGNAL_EVENT, SENDMSG_EVENT)
 BPF_PROG_ATTACH = 8
 DAEMON_COMM = "gpu-devwatch"
 RUNTIME_COMMS = ("runc", "crun")
 # "comm-pid (tgid) [cpu] flags timestamp: event: fields"
-LINE = re.compile(r"^\s*.+?-\d+\s+\(\s*(\d+)\)\s+\[\d+\]\s+\S+\s+([\d.]+): "
-                  r"(sched_process_\w+: |sys_bpf\(|sys_write\(|signal_generate: )(.*)$")
+LINE = re.compile(r"^\s*(.+?)-(\d+)\s+\(\s*(\d+)\)\s+\[\d+\]\s+\S+\s+([\d.]+): "
+                  r"(sched_process_\w+: |sys_bpf\(|sys_write\(|sys_sendmsg\(|signal_generate: )(.*)$")
 
 
 class TraceState:
     """What parse() keeps across calls: the tgids that exec'd a runtime and have not exited
-    (`execed`), and those that exited and whose end has not been seen (`awaiting`: tgid →
-    the exit's time)."""
+    (`execed`: tgid → the exec's time), those of them that made a bpf() call (`appliers`),
+    and those that exited and whose end has not been seen (`awaiting`: tgid → the exit's
+    time)."""
 
     def __init__(self):
-        self.execed = set()
+        self.execed = {}
+        self.appliers = set()
         self.awaiting = {}
 
 
-def parse(text, state, attaches=None):
+class Calls:
+    """What parse() found besides the exits: the daemon's D-Bus messages (`sends`: the times
+    of its main thread's sendmsg calls) and the runtimes' applies of device programs
+    (`applies`: (exec's time, exit's time, "comm:tgid") of each invocation that made a bpf()
+    call)."""
+
+    def __init__(self):
+        self.sends = []
+        self.applies = []
+
+    def sends_inside_applies(self):
+        """[(send's time, the apply's "comm:tgid")] of the sends made while an apply ran."""
+        return [(t, who) for t in self.sends for began, ended, who in self.applies if began <= t <= ended]
+
+
+def parse(text, state, attaches=None, calls=None):
     """Trace text → ([(monotonic seconds, comm, tgid)] of the runtime invocations that exited,
     in order; {exit's time: its end's time} of those whose end was seen). `state`: a
     TraceState; `attaches`: a list that gets the times of the daemon's grants (v2: its
-    BPF_PROG_ATTACH calls; v1: its rule writes)."""
+    BPF_PROG_ATTACH calls; v1: its rule writes); `calls`: a Calls that gets the rest."""
     out, ends = [], {}
     for line in text.splitlines():
         m = LINE.match(line)
         if not m:
             continue
-        tgid, t, event, fields = int(m.group(1)), float(m.group(2)), m.group(3).rstrip(": "), m.group(4)
+        thread_comm, pid, tgid = m.group(1), int(m.group(2)), int(m.group(3))
+        t, event, fields = float(m.group(4)), m.group(5).rstrip(": "), m.group(6)
+        if event == "sys_bpf(" and thread_comm in RUNTIME_COMMS:
+            if tgid in state.execed:
+                state.appliers.add(tgid)  # its device programs: an apply
+            continue
         if event in ("sys_bpf(", "sys_write("):
             if attaches is not None:
                 attaches.append(t)
             continue
+        if event == "sys_sendmsg(":
+            if calls is not None and pid == tgid:  # the event loop's (sd-bus runs there)
+                calls.sends.append(t)
+            continue
         if event == "sched_process_exec":
-            state.execed.add(tgid)
+            state.execed[tgid] = t
             continue
         if event == "signal_generate":
             # From an exited invocation's thread group: the parent is told, the exit is done.
@@ -83,9 +118,13 @@ def parse(text, state, attaches=None):
             continue
         comm = re.search(r"comm=(\S+)", fields)
         if event == "sched_process_exit" and "group_dead=true" in fields and comm and tgid in state.execed:
-            state.execed.discard(tgid)
+            began = state.execed.pop(tgid)
             state.awaiting[tgid] = t
             out.append((t, comm.group(1), tgid))
+            if tgid in state.appliers:
+                state.appliers.discard(tgid)
+                if calls is not None:
+                    calls.applies.append((began, t, "%s:%d" % (comm.group(1), tgid)))
     out.sort()
     return out, ends
 
@@ -155,7 +194,9 @@ class RuntimeExits:
             comms = " || ".join('comm == "%s"' % c for c in RUNTIME_COMMS)
             self._write("events/%s/filter" % EXIT_EVENT, "group_dead == 1 && (%s)" % comms)
             self._write("events/%s/filter" % EXEC_EVENT, " || ".join('filename ~ "*/%s"' % c for c in RUNTIME_COMMS))
-            self._write("events/%s/filter" % ATTACH_EVENT, 'cmd == %d && comm == "%s"' % (BPF_PROG_ATTACH, DAEMON_COMM))
+            self._write("events/%s/filter" % ATTACH_EVENT, '(cmd == %d && comm == "%s") || %s' % (
+                BPF_PROG_ATTACH, DAEMON_COMM, comms))
+            self._write("events/%s/filter" % SENDMSG_EVENT, 'comm == "%s"' % DAEMON_COMM)
             self._write("events/%s/filter" % RULE_WRITE_EVENT, 'comm == "%s" && fd > 2 && count > 8 && count < 64' % DAEMON_COMM)
             self._write("events/%s/filter" % SIGNAL_EVENT, "sig == %d" % SIGCHLD)
             self.pipe = os.open(os.path.join(self.inst, "trace_pipe"), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -166,12 +207,13 @@ class RuntimeExits:
             return False, "cannot set up the tracefs instance: %s" % e
         return True, ""
 
-    def take(self, attaches=None):
+    def take(self, attaches=None, calls=None):
         """(The runtime exits since the last take, {exit's time: its end}); the daemon's
-        grants go to `attaches`. An end that comes after the take is not counted."""
+        grants go to `attaches`, its D-Bus messages and the runtimes' applies to `calls` (a
+        Calls). An end that comes after the take is not counted."""
         if not self.active:
             return [], {}
-        exits, ends = parse(self._drain(), self.state, attaches)
+        exits, ends = parse(self._drain(), self.state, attaches, calls)
         self.state.awaiting.clear()  # its samples are judged now
         return exits, ends
 

@@ -8,6 +8,7 @@ import time
 
 import whole_timing
 from pod_loop import percentile
+from runtime_exits import Calls
 from whole_watch import WholeWatch
 
 
@@ -29,6 +30,7 @@ class TenantView:
         self.errors = []
         self.polls = 0
         self.joined_seconds = 0.0
+        self.calls = Calls()  # the daemon's D-Bus messages and the runtimes' applies, all steps'
 
     def step(self, what):
         """A step begins now (call it before the CRI or systemctl call)."""
@@ -45,7 +47,7 @@ class TenantView:
         end = time.monotonic()
         # Everything since the last leave: older exits and grants cannot fall in these steps.
         grants = []
-        exits, ends = self.exits.take(grants)
+        exits, ends = self.exits.take(grants, self.calls)
         if answer["error"]:
             self.errors.append(answer["error"])
         joined = answer["joined"]
@@ -102,6 +104,12 @@ class TenantView:
                          "BPF_PROG_ATTACH, v1 its last rule write; p50/p99/max ms, n): %s/%s (%d); the rest is the tenant's wait for a CPU (among others, behind "
                          "the exiting runtime's teardown)" % (
                              p50_p99(daemon), ms(daemon[-1]), len(daemon)))
+        inside = self.calls.sends_inside_applies()
+        if self.calls.sends or inside:
+            lines.append("the daemon's D-Bus messages to systemd: %d; inside a runtime's apply of device programs "
+                         "(its exec to its exit, %d applies): %d%s" % (
+                             len(self.calls.sends), len(self.calls.applies), len(inside),
+                             " (" + ", ".join(who for _, who in inside[:3]) + ")" if inside else ""))
         denials = self.of("denial")
         if denials or any(s.what in whole_timing.SYSTEMD_STEPS for s in self.samples):
             lines.append("systemd's re-applies (set-property, daemon-reload): denied %d times, back after "

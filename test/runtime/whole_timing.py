@@ -203,6 +203,30 @@ def self_test():
         failures.append("runtime exits: got %s, left %s" % (got, state.execed))
     if ends != {10.0005: 10.0009} or state.awaiting != {900: 10.0006}:
         failures.append("runtime ends: got %s, awaiting %s" % (ends, state.awaiting))
+    # The daemon's D-Bus messages (its main thread's sendmsg) and the runtimes' applies of
+    # device programs (an invocation that made a bpf() call, from its exec to its exit; a
+    # `runc start` makes none): a message inside one is named, one before or after is not.
+    from runtime_exits import Calls
+    trace = "\n".join([
+        "  gpu-devwatch-50 (   50) [001] ..... 20.000050: sys_sendmsg(fd: 7, msg: 7ffd77ef2000, flags: 4040)",
+        "  runc-920 (  920) [000] ..... 20.000100: sched_process_exec: filename=/usr/sbin/runc pid=920 old_pid=920",
+        "  runc-922 (  920) [000] ..... 20.000200: sys_bpf(cmd: 16, uattr: 0x7ffd77ef22c0, size: 0x40)",
+        "  gpu-devwatch-50 (   50) [001] ..... 20.000250: sys_sendmsg(fd: 7, msg: 7ffd77ef2000, flags: 4040)",
+        "  gpu-devwatch-51 (   50) [001] ..... 20.000260: sys_sendmsg(fd: 9, msg: 7ffd77ef2000, flags: 4040)",
+        "  runc-920 (  920) [000] ..... 20.000300: sched_process_exit: comm=runc pid=920 prio=120 group_dead=true",
+        "  runc-930 (  930) [000] ..... 20.000400: sched_process_exec: filename=/usr/sbin/runc pid=930 old_pid=930",
+        "  gpu-devwatch-50 (   50) [001] ..... 20.000450: sys_sendmsg(fd: 7, msg: 7ffd77ef2000, flags: 4040)",
+        "  runc-930 (  930) [000] ..... 20.000500: sched_process_exit: comm=runc pid=930 prio=120 group_dead=true",
+        "  gpu-devwatch-50 (   50) [001] ..... 20.000600: sys_sendmsg(fd: 7, msg: 7ffd77ef2000, flags: 4040)",
+    ])
+    state, grants, calls = TraceState(), [], Calls()
+    got, _ = parse(trace, state, grants, calls)
+    if calls.sends != [20.00005, 20.00025, 20.00045, 20.0006] or grants:
+        failures.append("the daemon's D-Bus messages: got %s (grants %s)" % (calls.sends, grants))
+    if calls.applies != [(20.0001, 20.0003, "runc:920")] or state.appliers:
+        failures.append("the runtimes' applies: got %s, left %s" % (calls.applies, state.appliers))
+    if calls.sends_inside_applies() != [(20.00025, "runc:920")]:
+        failures.append("messages inside an apply: got %s" % calls.sends_inside_applies())
     for f in failures:
         print("FAIL: " + f)
     print("whole_timing self-test: %d failures" % len(failures))
