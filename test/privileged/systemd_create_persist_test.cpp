@@ -76,8 +76,11 @@ TEST_P(SystemdCreate, NothingIsPersistedOrGrantedUntilTheCreateEnds) {
   std::string why;
   const ScopeContainer first = node_->start_container(properties_, SandboxNode::spec_rules(), &why);
   ASSERT_GT(first.pid, 0) << why;
-  daemon_ = std::make_unique<BackgroundProcess>(
-      std::vector<std::string>{GDW_BINARY, "run", "--config", node_->config(port_)});  // its defaults otherwise
+  // Its defaults, but for a wait's limit far beyond the looks below: each look starts a
+  // process inside the node, and 20 of them took over a second on a loaded CI machine, past
+  // the default 1 s, after which the daemon grants and persists by design.
+  daemon_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{
+      GDW_BINARY, "run", "--config", node_->config(port_, "repair:\n  apply_wait_limit: 20s\n")});
   ASSERT_TRUE(daemon_->wait_for_output(" ready", std::chrono::seconds(20))) << daemon_->output();
 
   // A new pod's container, given the GPU, whose runtime has not written its pid file yet.
@@ -85,7 +88,7 @@ TEST_P(SystemdCreate, NothingIsPersistedOrGrantedUntilTheCreateEnds) {
   ASSERT_GT(c.pid, 0) << why;
   ASSERT_TRUE(eventually([&] { return watched(c); }, std::chrono::seconds(10))) << daemon_->output();
   const std::string policy = device_policy(c);
-  // Well within the wait's limit (apply_wait_limit: 1 s), long past a D-Bus round trip.
+  // Well within the wait's limit, long past a D-Bus round trip.
   for (int look = 0; look < 20; ++look) {
     std::this_thread::sleep_for(milliseconds(20));
     ASSERT_FALSE(gpu_in_device_allow(c)) << "DeviceAllow= persisted while the create went on (look " << look << ")\n"
