@@ -55,6 +55,8 @@ void wait_for_creates_end(const std::vector<const Bundle*>& bundles, Duration li
   }
   for (;;) {
     const bool at_limit = std::chrono::steady_clock::now() >= deadline;
+    // One look at each create still pending (erase_if asks its predicate once per element):
+    // those that ended, or all at the limit, are handed on and leave the list.
     std::erase_if(pending, [&](const Pending& p) {
       std::string going_on = create_going_on(*bundles[p.index], p.bundle_new, proc_root);
       if (!going_on.empty() && !at_limit) return false;
