@@ -102,7 +102,6 @@ TEST_P(CheckCreate, CreatesAreWaitedForTogether) {
 INSTANTIATE_TEST_SUITE_P(CgroupVersions, CheckCreate, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "V2" : "V1"; });
 
-
 // A create that outlasts the limit while its container already has every device it wants
 // (here granted by hand, on v1): nothing is granted, and check says so rather than "repaired".
 TEST(CheckCreateV1, ACreateOutlastingTheLimitWithNothingMissingIsNotCalledRepaired) {
