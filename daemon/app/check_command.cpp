@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/check_exposure.h"
-#include "app/create_wait.h"
+#include "app/runtime_apply_wait.h"
 #include "backend/systemd_scope.h"
 #include "node/config_file.h"
 #include "node/node_loader.h"
@@ -43,7 +43,7 @@ struct ContainerReport {
   std::string systemd_note;  // systemd driver: what SetUnitProperties did
   std::string repair_note;   // what the grant changed beyond the devices (device programs wrapped)
   std::string repair_error;  // why the grant failed as a whole
-  std::string create_note;   // what of the runtime's create still went on at the wait's limit
+  std::string apply_note;    // what of a runtime's create or update still went on at the wait's limit
   std::optional<Observation> after;
 
   const Observation& final_check() const { return after ? *after : before; }
@@ -178,10 +178,10 @@ void print_text(const NodeModel& node, const DeviceAccess& access, const std::ve
       fmt::print("{}: {} {} (c {}) — {}\n", who(r.target), g.outcome ? "granted" : "could not grant", g.device.name,
                  format_device_number(g.device.dev), grant_result(g));
     if (!r.systemd_note.empty()) fmt::print("{}: {}\n", who(r.target), r.systemd_note);
-    if (!r.create_note.empty() && !r.grants.empty())
-      fmt::print("{}: repaired though {} after repair.apply_wait_limit\n", who(r.target), r.create_note);
-    else if (!r.create_note.empty())
-      fmt::print("{}: {} after repair.apply_wait_limit (nothing was granted)\n", who(r.target), r.create_note);
+    if (!r.apply_note.empty() && !r.grants.empty())
+      fmt::print("{}: repaired though {} after repair.apply_wait_limit\n", who(r.target), r.apply_note);
+    else if (!r.apply_note.empty())
+      fmt::print("{}: {} after repair.apply_wait_limit (nothing was granted)\n", who(r.target), r.apply_note);
     if (!r.repair_note.empty()) fmt::print("{}: {}\n", who(r.target), r.repair_note);
     if (!r.repair_error.empty()) fmt::print("{}: could not replace the device programs: {}\n", who(r.target), r.repair_error);
     if (!r.final_check() && !is_cgroup_gone(r.final_check().error()))
@@ -226,7 +226,7 @@ json container_json(const ContainerReport& r) {
   }
   if (!r.systemd_note.empty()) c["systemd"] = r.systemd_note;
   if (!r.repair_note.empty()) c["repair"] = r.repair_note;
-  if (!r.create_note.empty()) c["create_not_ended"] = r.create_note;
+  if (!r.apply_note.empty()) c["apply_not_ended"] = r.apply_note;
   if (!r.repair_error.empty()) c["repair_error"] = r.repair_error;
   c["unresolved"] = r.target.desired.unresolved;
   c["unresolved_cdi"] = r.target.desired.unresolved_cdi;
@@ -310,12 +310,12 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
 // One container through the repair loop's own step (service/repair_step.h), once: observe,
 // plan (enforce with --repair, observe without), grant directly; then, systemd driver,
 // persist the grant in the scope's DeviceAllow= and look again.
-// `create_note`: what of the runtime's create still went on when the wait for its end
+// `apply_note`: what of a runtime's create or update still went on when the wait for its end
 // (check_containers) reached its limit.
 ContainerReport check_container(DeviceAccess& access, const Config& config, const DiscoveredContainer& cg,
-                                ContainerTarget target, bool repair, std::string create_note) {
+                                ContainerTarget target, bool repair, std::string apply_note) {
   ContainerReport r;
-  r.create_note = std::move(create_note);
+  r.apply_note = std::move(apply_note);
   RepairState state(RepairBudget(config.repair.burst, config.repair.max_per_minute));
   RepairSettings settings = RepairSettings::from(config);
   if (!repair) settings.mode = Mode::kObserve;
@@ -390,11 +390,15 @@ NodeReport check_containers(NodeModel& node, DeviceAccess& access, const Config&
     }
     gpu.emplace_back(&cg, std::move(target));
   }
-  // Never inside a runtime's create: waited for as the daemon waits (all together), then
-  // repaired anyway.
-  std::vector<const Bundle*> creates;
-  for (const auto& [cg, target] : gpu) creates.push_back(repair && target.bundle ? &*target.bundle : nullptr);
-  wait_for_creates_end(creates, config.repair.apply_wait_limit, kLiveProcRoot, [&](std::size_t i, std::string note) {
+  // Never inside a runtime's create or update: waited for as the daemon waits (all
+  // together), then repaired anyway.
+  std::vector<const Bundle*> bundles;
+  for (const auto& [cg, target] : gpu) bundles.push_back(repair && target.bundle ? &*target.bundle : nullptr);
+  const KubepodsLocation& where = node.kubepods();
+  const RuntimeProcesses processes{
+      kLiveProcRoot, node.version() == CgroupVersion::kV2 ? "" : "devices",
+      [&where](const std::string& path) { return inside_a_pod(where, where.hierarchy_root + path); }};
+  wait_for_applies_end(bundles, config.repair.apply_wait_limit, processes, [&](std::size_t i, std::string note) {
     n.reports.push_back(check_container(access, config, *gpu[i].first, std::move(gpu[i].second), repair, std::move(note)));
   });
   std::sort(n.reports.begin(), n.reports.end(),

@@ -74,6 +74,17 @@ std::optional<CgroupDirKind> classify_cgroup_dir(const KubepodsLocation& where, 
   return CgroupDirKind{CgroupDirKind::kContainer, DiscoveredContainer{abs_dir, pod_dir, qos, *pod, *leaf}};
 }
 
+bool inside_a_pod(const KubepodsLocation& where, const std::string& abs_dir) {
+  const std::string base = where.dir() + "/";
+  if (abs_dir.rfind(base, 0) != 0) return false;
+  // Each ancestor below kubepods, nearest the root first: QoS, pod, then what is in the pod.
+  for (auto slash = abs_dir.find('/', base.size()); slash != std::string::npos; slash = abs_dir.find('/', slash + 1)) {
+    const auto kind = classify_cgroup_dir(where, abs_dir.substr(0, slash));
+    if (kind && kind->level == CgroupDirKind::kPod) return true;
+  }
+  return false;
+}
+
 KubepodsTree scan_kubepods(const KubepodsLocation& where) { return KubepodsScanner(0).scan(where); }
 
 }  // namespace gdw

@@ -46,6 +46,9 @@ struct CgroupDirKind {
   std::optional<DiscoveredContainer> container;  // for kContainer
 };
 std::optional<CgroupDirKind> classify_cgroup_dir(const KubepodsLocation& where, const std::string& abs_dir);
+// Whether `abs_dir` is strictly below a pod's directory: a container's cgroup or one below
+// it, where a tenant's processes are (a pod's own directory holds none of them).
+bool inside_a_pod(const KubepodsLocation& where, const std::string& abs_dir);
 
 struct KubepodsTree {
   std::vector<std::string> parent_dirs;  // QoS and pod directories (absolute), to watch

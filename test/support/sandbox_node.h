@@ -144,7 +144,13 @@ class SandboxNode {
   // process calling itself `comm`, which then lives on, its apply not ended, until
   // finish_lingering(pid). Its pid.
   pid_t start_lingering_reapply(const SandboxContainer& c, const char* comm);
-  // A process of start_lingering_reapply() or add_container_in_create() exits (waited for).
+  // A runtime's `update` of `c` as containerd's shim runs it: a child re-applies the spec
+  // (reapply_spec()), then becomes a program called `comm` whose command line is
+  // `comm --root /run/containerd/runc/k8s.io update --resources - <c.id>`, and lives on,
+  // its apply not ended, until finish_lingering(pid). `inside`: it runs in that container's
+  // cgroup (a tenant's process dressed as a runtime), else in the test's. Its pid.
+  pid_t start_lingering_update(const SandboxContainer& c, const char* comm, const SandboxContainer* inside = nullptr);
+  // A process of start_lingering_*() or add_container_in_create() exits (waited for).
   void finish_lingering(pid_t pid);
   // Tells a process of start_lingering*() to exit and returns at once; finish_lingering()
   // waits for it.
@@ -216,8 +222,11 @@ class SandboxNode {
   // A child calling itself `comm` runs `work`, reports its answer (> 0: done), then lives on
   // until finish_lingering(). {its pid, the answer}.
   // `at_exit`: what the child does when let go, before it exits.
+  // `then_exec`: after its answer it becomes that program (argv; [0] the path), its
+  // standard input what ends it.
   std::pair<pid_t, pid_t> start_lingering(const char* comm, const std::function<pid_t()>& work,
-                                          std::size_t touched_mb = 0, const std::function<void()>& at_exit = {});
+                                          std::size_t touched_mb = 0, const std::function<void()>& at_exit = {},
+                                          const std::vector<std::string>& then_exec = {});
   std::map<pid_t, int> lingering_;  // pid → what ends it
 };
 

@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "support/foreign_device_program.h"
 #include "support/sandbox_node.h"
@@ -96,7 +98,8 @@ const SandboxContainer& SandboxNode::add_container_in_create(SandboxContainerSpe
 }
 
 std::pair<pid_t, pid_t> SandboxNode::start_lingering(const char* comm, const std::function<pid_t()>& work,
-                                                     std::size_t touched_mb, const std::function<void()>& at_exit) {
+                                                     std::size_t touched_mb, const std::function<void()>& at_exit,
+                                                     const std::vector<std::string>& then_exec) {
   int ready[2], hold[2];
   if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(hold, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   const pid_t pid = ::fork();
@@ -119,6 +122,13 @@ std::pair<pid_t, pid_t> SandboxNode::start_lingering(const char* comm, const std
     } catch (const std::exception&) {
     }
     (void)!::write(ready[1], &answer, sizeof answer);
+    if (!then_exec.empty() && answer > 0 && ::dup2(hold[0], STDIN_FILENO) == STDIN_FILENO) {
+      std::vector<char*> argv;
+      for (const auto& a : then_exec) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      _exit(127);
+    }
     char byte = 0;
     (void)!::read(hold[0], &byte, 1);  // until finish_lingering()
     if (at_exit) at_exit();
@@ -159,6 +169,43 @@ pid_t SandboxNode::start_lingering_reapply(const SandboxContainer& c, const char
     throw std::runtime_error("the re-apply of " + c.cgroup_rel + " as " + comm + " failed");
   }
   return pid;
+}
+
+pid_t SandboxNode::start_lingering_update(const SandboxContainer& c, const char* comm, const SandboxContainer* inside) {
+  // A script whose name is `comm`: the kernel names its process after the script's file.
+  // It reads one byte (release_lingering()'s) and exits.
+  const std::string program = files_.path() + "/bin/" + comm;
+  ::mkdir((files_.path() + "/bin").c_str(), 0755);
+  if (!write_runtime_file(program, "#!/bin/bash\nread -r -n 1 _\n", O_WRONLY | O_CREAT | O_TRUNC) ||
+      ::chmod(program.c_str(), 0755) != 0)
+    throw std::runtime_error("cannot write " + program);
+  const std::string where = inside ? cgroups_.path(inside->process_rel.empty() ? inside->cgroup_rel : inside->process_rel) : "";
+  const auto [pid, ok] = start_lingering(
+      comm,
+      [&] {
+        if (!where.empty() && move_to_cgroup(where, ::getpid()) != 0) return pid_t{-1};
+        reapply_spec(c);  // throws on failure
+        return pid_t{1};
+      },
+      0, {}, {program, "--root", "/run/containerd/runc/k8s.io", "update", "--resources", "-", c.id});
+  if (ok <= 0) {
+    finish_lingering(pid);
+    throw std::runtime_error("the update of " + c.cgroup_rel + " as " + comm + " failed");
+  }
+  // Returned once it is that program: its command line names the update.
+  const std::string cmdline = "/proc/" + std::to_string(pid) + "/cmdline";
+  for (int look = 0; look < 400; ++look) {
+    std::string text;
+    try {
+      text = read_file(cmdline);
+    } catch (const std::exception&) {  // gone: its exec failed
+      break;
+    }
+    if (text.find(std::string("\0update\0", 8)) != std::string::npos) return pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  finish_lingering(pid);
+  throw std::runtime_error("the update of " + c.cgroup_rel + " as " + comm + " did not start " + program);
 }
 
 void SandboxNode::finish_runtime(const SandboxContainer& c) {

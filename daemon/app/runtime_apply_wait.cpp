@@ -1,13 +1,15 @@
-#include "app/create_wait.h"
+#include "app/runtime_apply_wait.h"
 
 #include <sys/stat.h>
 
 #include <chrono>
 #include <ctime>
+#include <map>
 #include <thread>
 #include <vector>
 
 #include "runtime/create_runtime.h"
+#include "runtime/runtime_updates.h"
 
 namespace gdw {
 namespace {
@@ -35,9 +37,16 @@ std::string create_going_on(const Bundle& bundle, bool bundle_new, const std::st
   return {};
 }
 
+// What of an update goes on now for `bundle`'s container, or "".
+std::string update_going_on(const Bundle& bundle, const std::multimap<std::string, RuntimeUpdate>& updates) {
+  const auto it = updates.find(bundle.container_id);
+  if (it == updates.end()) return {};
+  return "its runtime (" + it->second.comm + ", pid " + std::to_string(it->second.pid) + ") is updating it";
+}
+
 }  // namespace
 
-void wait_for_creates_end(const std::vector<const Bundle*>& bundles, Duration limit, const std::string& proc_root,
+void wait_for_applies_end(const std::vector<const Bundle*>& bundles, Duration limit, const RuntimeProcesses& processes,
                           const std::function<void(std::size_t, std::string)>& ended) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   struct Pending {
@@ -53,18 +62,23 @@ void wait_for_creates_end(const std::vector<const Bundle*>& bundles, Duration li
     const auto age = written_ago(bundles[i]->config_path);
     pending.push_back({i, age && *age < limit});
   }
-  for (;;) {
+  while (!pending.empty()) {
     const bool at_limit = std::chrono::steady_clock::now() >= deadline;
-    // One look at each create still pending (erase_if asks its predicate once per element):
-    // those that ended, or all at the limit, are handed on and leave the list.
+    // One walk of the processes per look, for every container still pending.
+    std::multimap<std::string, RuntimeUpdate> updates;
+    for (auto& u : runtime_updates_at_work(processes.proc_root, processes.cgroup_controller, processes.in_a_container))
+      updates.emplace(u.container_id, std::move(u));
+    // One look at each still pending (erase_if asks its predicate once per element): those
+    // whose applies ended, or all at the limit, are handed on and leave the list.
     std::erase_if(pending, [&](const Pending& p) {
-      std::string going_on = create_going_on(*bundles[p.index], p.bundle_new, proc_root);
+      const Bundle& bundle = *bundles[p.index];
+      std::string going_on = create_going_on(bundle, p.bundle_new, processes.proc_root);
+      if (going_on.empty()) going_on = update_going_on(bundle, updates);
       if (!going_on.empty() && !at_limit) return false;
       ended(p.index, std::move(going_on));
       return true;
     });
-    if (pending.empty()) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 

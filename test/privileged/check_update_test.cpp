@@ -1,0 +1,97 @@
+// `check --repair` never grants inside a runtime's update either. It has no probe: it looks
+// for runc or crun processes outside the pods whose command line updates a GPU container
+// (runtime/runtime_updates.h), and waits for their exit, at most repair.apply_wait_limit.
+// Here the update is a process called runc (a script, as containerd's shim would run runc)
+// that re-applied the container's spec (the GPU not in it) and lives on, its apply not
+// ended. A process dressed the same inside another container is a tenant's: not waited for.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "support/apply_wait_checks.h"
+#include "support/process.h"
+#include "support/sandbox_node.h"
+
+namespace gdw::test {
+namespace {
+
+using std::chrono::milliseconds;
+
+class CheckUpdate : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = apply_wait_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(CheckUpdate, RepairWaitsForTheUpdatesEnd) {
+  SandboxNode node(apply_wait_node(GetParam(), false, "check-update"));
+  const SandboxContainer& c = add_gpu_container(node);
+  const pid_t update = node.start_lingering_update(c, "runc");
+  ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "the spec lacks the GPU";
+
+  BackgroundProcess check({GDW_BINARY, "check", "--repair", "--config", node.write_config()});
+  const auto until = std::chrono::steady_clock::now() + milliseconds(300);
+  for (int look = 0; std::chrono::steady_clock::now() < until; ++look) {
+    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted inside the runtime's update (look " << look << ")\n"
+                                                    << check.output();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_TRUE(check.running()) << "check --repair did not wait for the update\n" << check.output();
+  node.finish_lingering(update);
+  EXPECT_EQ(check.wait(std::chrono::seconds(5)), 0) << check.output();
+  EXPECT_NE(check.output().find("granted nvidia0"), std::string::npos) << check.output();
+  EXPECT_EQ(check.output().find("repaired though"), std::string::npos) << check.output();
+  EXPECT_EQ(node.open_errno(c, "nvidia0"), ENXIO);
+  EXPECT_EQ(node.open_errno(c, "nvidia1"), EPERM) << "not allocated";
+}
+
+TEST_P(CheckUpdate, AnUpdateOutlastingTheLimitIsRepairedAndSaidSo) {
+  SandboxNode node(apply_wait_node(GetParam(), false, "check-update-limit"));
+  const SandboxContainer& c = add_gpu_container(node);
+  const pid_t update = node.start_lingering_update(c, "crun");
+  const auto started = std::chrono::steady_clock::now();
+  auto r = run_command({GDW_BINARY, "check", "--repair", "--config",
+                        node.write_config("repair:\n  apply_wait_limit: 200ms\n")});
+  const auto took = std::chrono::steady_clock::now() - started;
+  const int open_after = node.open_errno(c, "nvidia0");
+  node.finish_lingering(update);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_GE(took, milliseconds(200)) << r.out;
+  EXPECT_NE(r.out.find("repaired though its runtime (crun, pid " + std::to_string(update) + ") is updating it"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(open_after, ENXIO) << r.out;
+}
+
+// A tenant's process can call itself runc and name any container in its arguments; it
+// cannot leave its own container's cgroup. One in another container, "updating" this one,
+// does not hold this one's repair.
+TEST_P(CheckUpdate, ARuntimeLookalikeInsideAContainerIsNotWaitedFor) {
+  SandboxNode node(apply_wait_node(GetParam(), false, "check-update-tenant"));
+  const SandboxContainer& c = add_gpu_container(node);
+  SandboxContainerSpec other;
+  other.container_name = "tenant";
+  const SandboxContainer& tenant = node.add_container(other);
+  const pid_t lookalike = node.start_lingering_update(c, "runc", &tenant);
+  const auto started = std::chrono::steady_clock::now();
+  auto r = run_command({GDW_BINARY, "check", "--repair", "--config",
+                        node.write_config("repair:\n  apply_wait_limit: 3s\n")});
+  const auto took = std::chrono::steady_clock::now() - started;
+  const int open_after = node.open_errno(c, "nvidia0");
+  node.finish_lingering(lookalike);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_LT(took, milliseconds(2500)) << "waited for a tenant's process\n" << r.out;
+  EXPECT_EQ(r.out.find("repaired though"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("granted nvidia0"), std::string::npos) << r.out;
+  EXPECT_EQ(open_after, ENXIO) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(CgroupVersions, CheckUpdate, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "V2" : "V1"; });
+
+}  // namespace
+}  // namespace gdw::test

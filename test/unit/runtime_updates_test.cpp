@@ -1,0 +1,107 @@
+// Runtime updates found without the probe (runtime/runtime_updates.h), for `check --repair`:
+// the container a runtime's command line updates, a process's cgroup, and the walk of a
+// fixture /proc that counts only a runtime outside the pods' containers.
+#include "runtime/runtime_updates.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "runtime/discovery.h"
+#include "support/temp_dir.h"
+
+namespace gdw {
+namespace {
+
+using namespace std::string_literals;
+
+const std::string kId = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+TEST(RuntimeUpdates, AnUpdateNamesItsContainerLast) {
+  // containerd's shim: runc's global options, then the subcommand, then the container.
+  EXPECT_EQ(parse_update_target("runc\0--root\0/run/containerd/runc/k8s.io\0--log\0/x/log.json\0--log-format\0json\0"
+                                "update\0--resources\0-\0"s + kId + "\0"s),
+            kId);
+  EXPECT_EQ(parse_update_target("/usr/bin/crun\0update\0--resources=/tmp/r.json\0"s + kId), kId);
+  // A shell script's interpreter comes first; the script calls itself runc.
+  EXPECT_EQ(parse_update_target("/bin/sh\0/tmp/runc\0update\0"s + kId + "\0"s), kId);
+}
+
+TEST(RuntimeUpdates, OtherInvocationsNameNothing) {
+  EXPECT_EQ(parse_update_target("runc\0--root\0/r\0exec\0"s + kId + "\0ls\0"s), std::nullopt);
+  EXPECT_EQ(parse_update_target("runc\0--root\0/r\0state\0"s + kId), std::nullopt);
+  EXPECT_EQ(parse_update_target("runc\0update\0"s), std::nullopt) << "no container";
+  EXPECT_EQ(parse_update_target("runc\0update\0--resources\0"s), std::nullopt) << "an option last";
+  EXPECT_EQ(parse_update_target("update\0"s + kId), std::nullopt) << "the program itself is not the subcommand";
+  EXPECT_EQ(parse_update_target(""), std::nullopt);
+  EXPECT_EQ(parse_update_target("runc\0update\0\0"s), std::nullopt) << "an empty last argument";
+}
+
+TEST(RuntimeUpdates, ACgroupIsReadFromItsHierarchysLine) {
+  const std::string v2 = "0::/system.slice/containerd.service\n";
+  EXPECT_EQ(parse_proc_cgroup(v2, ""), "/system.slice/containerd.service");
+  EXPECT_EQ(parse_proc_cgroup(v2, "devices"), std::nullopt);
+  const std::string hybrid =
+      "12:cpu,cpuacct:/kubepods/podA/c1\n"
+      "5:devices:/system.slice/containerd.service\n"
+      "1:name=systemd:/system.slice/containerd.service\n"
+      "0::/a:b/with:colons\n";
+  EXPECT_EQ(parse_proc_cgroup(hybrid, "devices"), "/system.slice/containerd.service");
+  EXPECT_EQ(parse_proc_cgroup(hybrid, "cpu"), "/kubepods/podA/c1");
+  EXPECT_EQ(parse_proc_cgroup(hybrid, "cpuacct"), "/kubepods/podA/c1");
+  EXPECT_EQ(parse_proc_cgroup(hybrid, ""), "/a:b/with:colons");
+  EXPECT_EQ(parse_proc_cgroup(hybrid, "memory"), std::nullopt);
+  EXPECT_EQ(parse_proc_cgroup("garbage\n5:devices\n5:devices:relative\n", "devices"), std::nullopt);
+}
+
+TEST(RuntimeUpdates, OnlyARuntimeOutsideThePodsCounts) {
+  test::TempDir root("gdw-runtime-updates");
+  const std::string update = "runc\0--root\0/r\0update\0--resources\0-\0"s + kId + "\0"s;
+  auto process = [&](const std::string& pid, const std::string& comm, const std::string& cmdline,
+                     const std::string& cgroup) {
+    root.write("proc/" + pid + "/comm", comm + "\n");
+    root.write("proc/" + pid + "/cmdline", cmdline);
+    root.write("proc/" + pid + "/cgroup", "0::" + cgroup + "\n");
+  };
+  process("100", "runc", update, "/system.slice/containerd.service");           // the shim's runc update
+  process("101", "crun", "crun\0update\0other"s, "/");                           // another container's update
+  process("200", "runc", update, "/kubepods/besteffort/pod0a1b2c3d-1111-2222-3333-444455556666/" + kId);          // a tenant's "runc"
+  process("201", "sleep", update, "/system.slice/x.service");                    // not a runtime's name
+  process("202", "runc", "runc\0--root\0/r\0state\0"s + kId, "/system.slice/y");  // not an update
+  process("203", "runc", update, "/kubepods/besteffort/pod0a1b2c3d-1111-2222-3333-444455556666");                 // in a pod's own cgroup
+  root.write("proc/self/comm", "runc\n");                                        // not a pid directory
+  root.write("proc/300/comm", "runc\n");                                         // vanished while read
+
+  const KubepodsLocation where{"/sys/fs/cgroup/unified", "kubepods"};
+  const auto updates = runtime_updates_at_work(root.path() + "/proc", "", [&](const std::string& path) {
+    return inside_a_pod(where, where.hierarchy_root + path);
+  });
+  std::vector<std::pair<pid_t, std::string>> found;
+  for (const auto& u : updates) found.emplace_back(u.pid, u.comm + " " + u.container_id);
+  std::sort(found.begin(), found.end());
+  const std::vector<std::pair<pid_t, std::string>> expected = {{100, "runc " + kId}, {101, "crun other"},
+                                                               {203, "runc " + kId}};
+  EXPECT_EQ(found, expected);
+}
+
+TEST(RuntimeUpdates, InsideAPodIsBelowAPodsDirectory) {
+  const KubepodsLocation cgroupfs{"/sys/fs/cgroup/unified", "kubepods"};
+  const std::string base = "/sys/fs/cgroup/unified/kubepods";
+  EXPECT_TRUE(inside_a_pod(cgroupfs, base + "/besteffort/pod0a1b2c3d-1111-2222-3333-444455556666/" + kId));
+  EXPECT_TRUE(inside_a_pod(cgroupfs, base + "/pod0a1b2c3d-1111-2222-3333-444455556666/" + kId));
+  EXPECT_TRUE(inside_a_pod(cgroupfs, base + "/pod0a1b2c3d-1111-2222-3333-444455556666/" + kId + "/deeper"));
+  EXPECT_TRUE(inside_a_pod(cgroupfs, base + "/pod0a1b2c3d-1111-2222-3333-444455556666/not-a-leaf-name"));
+  EXPECT_FALSE(inside_a_pod(cgroupfs, base + "/besteffort/pod0a1b2c3d-1111-2222-3333-444455556666"));
+  EXPECT_FALSE(inside_a_pod(cgroupfs, base + "/besteffort"));
+  EXPECT_FALSE(inside_a_pod(cgroupfs, base));
+  EXPECT_FALSE(inside_a_pod(cgroupfs, "/sys/fs/cgroup/unified/system.slice/containerd.service"));
+  EXPECT_FALSE(inside_a_pod(cgroupfs, base + "x/pod0a1b2c3d-1111-2222-3333-444455556666/" + kId)) << "kubepodsx is not kubepods";
+  const KubepodsLocation systemd{"/sys/fs/cgroup/unified", "kubepods.slice"};
+  const std::string slice = "/sys/fs/cgroup/unified/kubepods.slice";
+  EXPECT_TRUE(inside_a_pod(systemd, slice + "/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_1111_2222_3333_444455556666.slice/"
+                                            "cri-containerd-" + kId + ".scope/container"));
+  EXPECT_FALSE(inside_a_pod(systemd, slice + "/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_1111_2222_3333_444455556666.slice"));
+}
+
+}  // namespace
+}  // namespace gdw
