@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -311,14 +313,27 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
 // plan (enforce with --repair, observe without), grant directly; then, systemd driver,
 // persist the grant in the scope's DeviceAllow= and look again.
 // `apply_note`: what of a runtime's create or update still went on when the wait for its end
-// (check_containers) reached its limit.
+// (check_containers) reached its limit. `wait_for_apply` (repairing): waits while a
+// runtime creates or updates the container, called once a look has found devices missing,
+// and says what still went on at the limit.
 ContainerReport check_container(DeviceAccess& access, const Config& config, const DiscoveredContainer& cg,
-                                ContainerTarget target, bool repair, std::string apply_note) {
+                                ContainerTarget target, bool repair, std::string apply_note,
+                                const std::function<std::string()>& wait_for_apply) {
   ContainerReport r;
   r.apply_note = std::move(apply_note);
   RepairState state(RepairBudget(config.repair.burst, config.repair.max_per_minute));
   RepairSettings settings = RepairSettings::from(config);
   if (!repair) settings.mode = Mode::kObserve;
+  if (repair && wait_for_apply) {
+    // A look before the grant: whatever took the devices it finds missing was at work
+    // before it, so a runtime's apply that did is found now, and not granted inside.
+    RepairState look(RepairBudget(config.repair.burst, config.repair.max_per_minute));
+    RepairSettings looking = settings;
+    looking.mode = Mode::kObserve;
+    (void)repair_once(access, look, cg.cgroup_dir, target.desired, Clock::now(), looking);
+    if (!look.missing.empty())
+      if (std::string going_on = wait_for_apply(); !going_on.empty()) r.apply_note = std::move(going_on);
+  }
   RepairStep step = repair_once(access, state, cg.cgroup_dir, target.desired, Clock::now(), settings);
   r.before = std::move(step.observed);
   if (step.applied) {
@@ -398,8 +413,13 @@ NodeReport check_containers(NodeModel& node, DeviceAccess& access, const Config&
   const RuntimeProcesses processes{
       kLiveProcRoot, node.version() == CgroupVersion::kV2 ? "" : "devices",
       [&where](const std::string& path) { return inside_a_pod(where, where.hierarchy_root + path); }};
+  const auto deadline = std::chrono::steady_clock::now() + config.repair.apply_wait_limit;
   wait_for_applies_end(bundles, config.repair.apply_wait_limit, processes, [&](std::size_t i, std::string note) {
-    n.reports.push_back(check_container(access, config, *gpu[i].first, std::move(gpu[i].second), repair, std::move(note)));
+    std::function<std::string()> wait_for_apply;
+    if (const Bundle* bundle = bundles[i])
+      wait_for_apply = [&, bundle] { return wait_for_apply_end(*bundle, deadline, processes); };
+    n.reports.push_back(check_container(access, config, *gpu[i].first, std::move(gpu[i].second), repair,
+                                        std::move(note), wait_for_apply));
   });
   std::sort(n.reports.begin(), n.reports.end(),
             [](const ContainerReport& a, const ContainerReport& b) { return who(a.target) < who(b.target); });

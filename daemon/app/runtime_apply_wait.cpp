@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "runtime/create_runtime.h"
-#include "runtime/runtime_updates.h"
+#include "runtime/runtime_applies.h"
 
 namespace gdw {
 namespace {
@@ -24,6 +24,24 @@ std::optional<std::chrono::nanoseconds> written_ago(const std::string& path) {
   return std::chrono::seconds(now.tv_sec - st.st_mtim.tv_sec) + std::chrono::nanoseconds(now.tv_nsec - st.st_mtim.tv_nsec);
 }
 
+// The runtimes creating or updating a container now, by container.
+using AppliesByContainer = std::multimap<std::string, RuntimeApply>;
+AppliesByContainer applies_by_container(const RuntimeProcesses& processes) {
+  AppliesByContainer applies;
+  for (auto& a : runtime_applies_at_work(processes.proc_root, processes.cgroup_controller, processes.in_a_container))
+    applies.emplace(a.target.container_id, std::move(a));
+  return applies;
+}
+
+// What a runtime's create or update of `bundle`'s container goes on now, or "".
+std::string apply_going_on(const Bundle& bundle, const AppliesByContainer& applies) {
+  const auto it = applies.find(bundle.container_id);
+  if (it == applies.end()) return {};
+  const RuntimeApply& a = it->second;
+  return "its runtime (" + a.comm + ", pid " + std::to_string(a.pid) + ") is " +
+         (a.target.verb == "create" ? "creating" : "updating") + " it";
+}
+
 // What of the create goes on now, or "". `bundle_new`: the bundle was written less than the
 // limit ago at the first look.
 std::string create_going_on(const Bundle& bundle, bool bundle_new, const std::string& proc_root) {
@@ -35,13 +53,6 @@ std::string create_going_on(const Bundle& bundle, bool bundle_new, const std::st
   if (const auto runtime = create_runtime_at_work(pid_file, proc_root))
     return "its runtime (" + runtime->comm + ", pid " + std::to_string(runtime->pid) + ") has not exited yet";
   return {};
-}
-
-// What of an update goes on now for `bundle`'s container, or "".
-std::string update_going_on(const Bundle& bundle, const std::multimap<std::string, RuntimeUpdate>& updates) {
-  const auto it = updates.find(bundle.container_id);
-  if (it == updates.end()) return {};
-  return "its runtime (" + it->second.comm + ", pid " + std::to_string(it->second.pid) + ") is updating it";
 }
 
 }  // namespace
@@ -65,20 +76,27 @@ void wait_for_applies_end(const std::vector<const Bundle*>& bundles, Duration li
   while (!pending.empty()) {
     const bool at_limit = std::chrono::steady_clock::now() >= deadline;
     // One walk of the processes per look, for every container still pending.
-    std::multimap<std::string, RuntimeUpdate> updates;
-    for (auto& u : runtime_updates_at_work(processes.proc_root, processes.cgroup_controller, processes.in_a_container))
-      updates.emplace(u.container_id, std::move(u));
+    const auto applies = applies_by_container(processes);
     // One look at each still pending (erase_if asks its predicate once per element): those
     // whose applies ended, or all at the limit, are handed on and leave the list.
     std::erase_if(pending, [&](const Pending& p) {
       const Bundle& bundle = *bundles[p.index];
       std::string going_on = create_going_on(bundle, p.bundle_new, processes.proc_root);
-      if (going_on.empty()) going_on = update_going_on(bundle, updates);
+      if (going_on.empty()) going_on = apply_going_on(bundle, applies);
       if (!going_on.empty() && !at_limit) return false;
       ended(p.index, std::move(going_on));
       return true;
     });
     if (!pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+std::string wait_for_apply_end(const Bundle& bundle, std::chrono::steady_clock::time_point deadline,
+                                const RuntimeProcesses& processes) {
+  for (;;) {
+    std::string going_on = apply_going_on(bundle, applies_by_container(processes));
+    if (going_on.empty() || std::chrono::steady_clock::now() >= deadline) return going_on;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 

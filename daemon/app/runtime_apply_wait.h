@@ -3,11 +3,12 @@
 // that can be going on: a create that has not ended (its pid file not yet written while its
 // bundle is new, or the runtime that wrote it still running: runtime/create_runtime.h) and
 // a runtime updating the container (`runc update`, `crun update`:
-// runtime/runtime_updates.h). Each is waited for, at most repair.apply_wait_limit, looked
+// runtime/runtime_applies.h). Each is waited for, at most repair.apply_wait_limit, looked
 // at every 5 ms. The containers of a node are waited for together, so that N of them take
 // at most one limit, not N. A one-shot command may block; the daemon's event loop never does.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -31,9 +32,16 @@ struct RuntimeProcesses {
 // first look (0: at once) with what still went on: its pid file not written while the
 // bundle was less than `limit` old at the first look (one older without a pid file is no
 // create going on: its runtime writes none there), the pid file's process still the child
-// of a runtime whose apply a grant can break (runc, crun), or such a runtime updating the
-// container. The containers whose applies ended first are called first.
+// of a runtime whose apply a grant can break (runc, crun), or such a runtime creating or
+// updating the container. The containers whose applies ended first are called first.
 void wait_for_applies_end(const std::vector<const Bundle*>& bundles, Duration limit, const RuntimeProcesses& processes,
                           const std::function<void(std::size_t, std::string)>& ended);
+
+// After a look found `bundle`'s container missing devices: while a runtime creates or
+// updates it, waits for that apply's end, until `deadline`. Looked for after that look, an
+// apply that took the devices is found: it was at work before the look saw them gone. What still
+// went on at the deadline, or "".
+std::string wait_for_apply_end(const Bundle& bundle, std::chrono::steady_clock::time_point deadline,
+                                const RuntimeProcesses& processes);
 
 }  // namespace gdw

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The real-runtime matrix (issue 37): Debian's containerd 1.6 with its CRI plugin, driven over
 gRPC as kubelet drives it, with gpu-devwatch running beside it, in `enforce` mode and again in
-`observe` mode (the control: the daemon writes nothing). Counts runtime errors, checks every
+`observe` mode (the control: the daemon writes nothing), and in `check` mode (the daemon
+observes while `gpu-devwatch check --repair` runs again and again: check_loop.py). Counts runtime errors, checks every
 resource update landed, the GPU container whole again, nothing extra granted and the sandbox
 untouched. And the tenant's view: a process of the test's in each GPU container keeps opening
 its GPU nodes, and each step's loss is timed from the end of the runtime's apply, the runtime
@@ -26,7 +27,9 @@ Environment:
   GDW_CRI_CELLS       comma-separated subset of: v1-runc, v1-runc-rc93, v1-crun, v2-runc,
                       v2-runc-rc93, v2-crun, v2-systemd-runc, v2-systemd-runc-rc93,
                       v2-systemd-crun (default: all)
-  GDW_CRI_MODES       default "enforce,observe"
+  GDW_CRI_MODES       default "enforce,observe,check"; check: the daemon observes while
+                      `gpu-devwatch check --repair` runs again and again (check_loop.py)
+  GDW_CRI_CHECK_ITERATIONS  iterations of a cell in check mode (default 25)
   GDW_CRI_KEEP=1      keep the temp dir (logs) after the run
   GDW_CRI_DAEMON_CONFIG  YAML appended to every daemon configuration ("\\n" for newlines), e.g.
                       the old behaviour: 'repair:\\n  apply_wait_limit: 0s'
@@ -55,6 +58,7 @@ import containerd_stack as cs  # noqa: E402
 import gpu_node as gn  # noqa: E402
 import nspawn_node as nn  # noqa: E402
 import pod_loop  # noqa: E402
+from check_loop import CheckLoop  # noqa: E402
 from runtime_exits import RuntimeExits  # noqa: E402
 import tenant_view  # noqa: E402
 from matrix_report import print_run, table, verdict  # noqa: E402
@@ -176,11 +180,15 @@ def run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, ba
     st = pod_loop.Stats(label, mode)
     port = gn.free_port()
     tag = "%s-%s" % (label.split()[0].replace("/", "-") + "-" + handler, mode)
-    cfg = node.write_config(os.path.join(base, "gdw-%s.yaml" % tag), mode, ctd.bundles_dir, port)
+    # check mode: the daemon observes, `check --repair` (enforce) is the only one to grant.
+    cfg = node.write_config(os.path.join(base, "gdw-%s.yaml" % tag), "observe" if mode == "check" else mode,
+                            ctd.bundles_dir, port)
+    check_cfg = node.write_config(os.path.join(base, "check-%s.yaml" % tag), "enforce", ctd.bundles_dir, port)
     extra = os.environ.get("GDW_CRI_DAEMON_CONFIG", "")
     if extra:
-        with open(cfg, "a") as f:
-            f.write(extra.replace("\\n", "\n").rstrip("\n") + "\n")
+        for path in (cfg, check_cfg):
+            with open(path, "a") as f:
+                f.write(extra.replace("\\n", "\n").rstrip("\n") + "\n")
     view = tenant_view.TenantView([os.path.join(node.dev, n) for n in gn.WANTED], args.exits) if args.exits else None
     st.view = view
     loop = pod_loop.PodLoop(cri, ctd, node, cgroups, st, handler, mode, v2=v2, updates=args.updates,
@@ -194,9 +202,14 @@ def run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, ba
         cgroups.make_v1("kubepods/burstable/pod" + loop.uid)
     daemon = gn.Daemon(daemon_bin, cfg, os.path.join(base, "gdw-%s.log" % tag), port)
     daemon.start()
+    if mode == "check":
+        st.check = CheckLoop(daemon_bin, check_cfg)
+        st.check.start()
     try:
-        loop.run(args.iterations)
+        loop.run(args.check_iterations if mode == "check" else args.iterations)
     finally:
+        if st.check:
+            st.check.stop()
         if view:
             view.close()
         created.extend(loop.created)
@@ -315,11 +328,12 @@ def main():
         # LD_PRELOAD for crun, which runs in the bundle's directory: a relative path would not load.
         args.memlock_shim = os.path.abspath(args.memlock_shim)
     args.iterations = env_int("GDW_CRI_ITERATIONS", 50)
+    args.check_iterations = env_int("GDW_CRI_CHECK_ITERATIONS", 25)
     args.updates = env_int("GDW_CRI_UPDATES", 2)
     ncpu = os.cpu_count() or 1
     args.cpus = ["0", "%d" % (ncpu - 1), "0-%d" % (ncpu - 1)] if ncpu > 1 else ["0"]
     cells = [c for c in os.environ.get("GDW_CRI_CELLS", ALL_CELLS).split(",") if c]
-    modes = [m for m in os.environ.get("GDW_CRI_MODES", "enforce,observe").split(",") if m]
+    modes = [m for m in os.environ.get("GDW_CRI_MODES", "enforce,observe,check").split(",") if m]
     ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
     if os.geteuid() != 0:
@@ -346,8 +360,8 @@ def main():
     daemon_bin = gn.copy_binary(args.daemon, base)
     print("gpu-devwatch: " + subprocess.run([daemon_bin, "version"], capture_output=True, text=True).stdout.strip())
     print("containerd: " + subprocess.run([cs.CONTAINERD, "--version"], capture_output=True, text=True).stdout.strip())
-    print("iterations per cell and mode: %d (each: 1 start, %d updates, 1 restart); temp dir %s; cgroups /%s" % (
-        args.iterations, args.updates, base, cgroups.name), flush=True)
+    print("iterations per cell and mode: %d, in check mode %d (each: 1 start, %d updates, 1 restart); temp dir %s; "
+          "cgroups /%s" % (args.iterations, args.check_iterations, args.updates, base, cgroups.name), flush=True)
 
     not_run = []
     created = []

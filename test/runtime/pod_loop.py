@@ -42,6 +42,7 @@ from cri_client import CriError
 POLL_S = 0.002
 WHOLE_TIMEOUT_ENFORCE = 1.0
 WHOLE_TIMEOUT_OBSERVE = 0.05  # the control: nothing grants back, do not wait for it
+WHOLE_TIMEOUT_CHECK = 2.0  # check --repair, run again and again: one run and its waits
 SHARES = [256, 512, 1024, 2048]
 # An exec probe: one line per node, "<name> <error text>" (no driver: an allowed open fails
 # with ENXIO "No such device or address", a denied one with EPERM "Operation not permitted").
@@ -101,6 +102,7 @@ class Stats:
         self.apply_waits = None  # gpu_devwatch_apply_waits_total (absent before the fix)
         self.seconds = 0.0
         self.view = None         # tenant_view.TenantView of the run (None: not measured)
+        self.check = None        # check_loop.CheckLoop of a check-mode run
 
     @property
     def runtime_errors(self):
@@ -247,7 +249,7 @@ class PodLoop:
     def wait_whole(self, container_id, cgpath, since, what):
         """Polls until the container holds every wanted node; records the latency."""
         self.st.whole_checks += 1
-        limit = WHOLE_TIMEOUT_ENFORCE if self.mode == "enforce" else WHOLE_TIMEOUT_OBSERVE
+        limit = {"enforce": WHOLE_TIMEOUT_ENFORCE, "check": WHOLE_TIMEOUT_CHECK}.get(self.mode, WHOLE_TIMEOUT_OBSERVE)
         whole = False
         while True:
             whole = self.host_whole(cgpath) if self.v2 else self.is_whole(cgpath)

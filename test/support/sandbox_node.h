@@ -144,12 +144,14 @@ class SandboxNode {
   // process calling itself `comm`, which then lives on, its apply not ended, until
   // finish_lingering(pid). Its pid.
   pid_t start_lingering_reapply(const SandboxContainer& c, const char* comm);
-  // A runtime's `update` of `c` as containerd's shim runs it: a child re-applies the spec
-  // (reapply_spec()), then becomes a program called `comm` whose command line is
-  // `comm --root /run/containerd/runc/k8s.io update --resources - <c.id>`, and lives on,
+  // A runtime's `verb` ("update", "create") of `c` as containerd's shim runs it: a child
+  // re-applies the spec (reapply_spec()), then becomes a program called `comm` whose
+  // command line is `comm --root /run/containerd/runc/k8s.io update --resources - <c.id>`
+  // (create: `... create --bundle <dir> --pid-file <dir>/init.pid <c.id>`), and lives on,
   // its apply not ended, until finish_lingering(pid). `inside`: it runs in that container's
   // cgroup (a tenant's process dressed as a runtime), else in the test's. Its pid.
-  pid_t start_lingering_update(const SandboxContainer& c, const char* comm, const SandboxContainer* inside = nullptr);
+  pid_t start_lingering_runtime(const SandboxContainer& c, const char* comm, const std::string& verb,
+                                const SandboxContainer* inside = nullptr);
   // A process of start_lingering_*() or add_container_in_create() exits (waited for).
   void finish_lingering(pid_t pid);
   // Tells a process of start_lingering*() to exit and returns at once; finish_lingering()

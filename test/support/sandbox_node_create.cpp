@@ -171,7 +171,8 @@ pid_t SandboxNode::start_lingering_reapply(const SandboxContainer& c, const char
   return pid;
 }
 
-pid_t SandboxNode::start_lingering_update(const SandboxContainer& c, const char* comm, const SandboxContainer* inside) {
+pid_t SandboxNode::start_lingering_runtime(const SandboxContainer& c, const char* comm, const std::string& verb,
+                                           const SandboxContainer* inside) {
   // A script whose name is `comm`: the kernel names its process after the script's file.
   // It reads one byte (release_lingering()'s) and exits.
   const std::string program = files_.path() + "/bin/" + comm;
@@ -179,6 +180,7 @@ pid_t SandboxNode::start_lingering_update(const SandboxContainer& c, const char*
   if (!write_runtime_file(program, "#!/bin/bash\nread -r -n 1 _\n", O_WRONLY | O_CREAT | O_TRUNC) ||
       ::chmod(program.c_str(), 0755) != 0)
     throw std::runtime_error("cannot write " + program);
+  const std::string bundle = state_dir() + "/" + c.id;
   const std::string where = inside ? cgroups_.path(inside->process_rel.empty() ? inside->cgroup_rel : inside->process_rel) : "";
   const auto [pid, ok] = start_lingering(
       comm,
@@ -187,10 +189,14 @@ pid_t SandboxNode::start_lingering_update(const SandboxContainer& c, const char*
         reapply_spec(c);  // throws on failure
         return pid_t{1};
       },
-      0, {}, {program, "--root", "/run/containerd/runc/k8s.io", "update", "--resources", "-", c.id});
+      0, {},
+      verb == "create" ? std::vector<std::string>{program, "--root", "/run/containerd/runc/k8s.io", "create", "--bundle",
+                                                  bundle, "--pid-file", bundle + "/init.pid", c.id}
+                       : std::vector<std::string>{program, "--root", "/run/containerd/runc/k8s.io", verb,
+                                                  "--resources", "-", c.id});
   if (ok <= 0) {
     finish_lingering(pid);
-    throw std::runtime_error("the update of " + c.cgroup_rel + " as " + comm + " failed");
+    throw std::runtime_error("the " + verb + " of " + c.cgroup_rel + " as " + comm + " failed");
   }
   // Returned once it is that program: its command line names the update.
   const std::string cmdline = "/proc/" + std::to_string(pid) + "/cmdline";
@@ -201,11 +207,11 @@ pid_t SandboxNode::start_lingering_update(const SandboxContainer& c, const char*
     } catch (const std::exception&) {  // gone: its exec failed
       break;
     }
-    if (text.find(std::string("\0update\0", 8)) != std::string::npos) return pid;
+    if (text.find('\0' + verb + '\0') != std::string::npos) return pid;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   finish_lingering(pid);
-  throw std::runtime_error("the update of " + c.cgroup_rel + " as " + comm + " did not start " + program);
+  throw std::runtime_error("the " + verb + " of " + c.cgroup_rel + " as " + comm + " did not start " + program);
 }
 
 void SandboxNode::finish_runtime(const SandboxContainer& c) {

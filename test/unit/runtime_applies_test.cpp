@@ -1,7 +1,7 @@
-// Runtime updates found without the probe (runtime/runtime_updates.h), for `check --repair`:
+// Runtime updates found without the probe (runtime/runtime_applies.h), for `check --repair`:
 // the container a runtime's command line updates, a process's cgroup, and the walk of a
 // fixture /proc that counts only a runtime outside the pods' containers.
-#include "runtime/runtime_updates.h"
+#include "runtime/runtime_applies.h"
 
 #include <gtest/gtest.h>
 
@@ -17,27 +17,37 @@ using namespace std::string_literals;
 
 const std::string kId = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-TEST(RuntimeUpdates, AnUpdateNamesItsContainerLast) {
+std::string target(std::string_view cmdline) {
+  const auto t = parse_apply_target(cmdline);
+  return t ? t->verb + " " + t->container_id : "none";
+}
+
+TEST(RuntimeApplies, ACreateOrUpdateNamesItsContainerLast) {
   // containerd's shim: runc's global options, then the subcommand, then the container.
-  EXPECT_EQ(parse_update_target("runc\0--root\0/run/containerd/runc/k8s.io\0--log\0/x/log.json\0--log-format\0json\0"
-                                "update\0--resources\0-\0"s + kId + "\0"s),
-            kId);
-  EXPECT_EQ(parse_update_target("/usr/bin/crun\0update\0--resources=/tmp/r.json\0"s + kId), kId);
+  EXPECT_EQ(target("runc\0--root\0/run/containerd/runc/k8s.io\0--log\0/x/log.json\0--log-format\0json\0"
+                   "update\0--resources\0-\0"s + kId + "\0"s),
+            "update " + kId);
+  EXPECT_EQ(target("runc\0--root\0/r\0--log\0/x/log.json\0--log-format\0json\0--systemd-cgroup\0create\0--bundle\0"
+                   "/b\0--pid-file\0/b/init.pid\0"s + kId + "\0"s),
+            "create " + kId);
+  EXPECT_EQ(target("/usr/bin/crun\0update\0--resources=/tmp/r.json\0"s + kId), "update " + kId);
   // A shell script's interpreter comes first; the script calls itself runc.
-  EXPECT_EQ(parse_update_target("/bin/sh\0/tmp/runc\0update\0"s + kId + "\0"s), kId);
+  EXPECT_EQ(target("/bin/sh\0/tmp/runc\0update\0"s + kId + "\0"s), "update " + kId);
 }
 
-TEST(RuntimeUpdates, OtherInvocationsNameNothing) {
-  EXPECT_EQ(parse_update_target("runc\0--root\0/r\0exec\0"s + kId + "\0ls\0"s), std::nullopt);
-  EXPECT_EQ(parse_update_target("runc\0--root\0/r\0state\0"s + kId), std::nullopt);
-  EXPECT_EQ(parse_update_target("runc\0update\0"s), std::nullopt) << "no container";
-  EXPECT_EQ(parse_update_target("runc\0update\0--resources\0"s), std::nullopt) << "an option last";
-  EXPECT_EQ(parse_update_target("update\0"s + kId), std::nullopt) << "the program itself is not the subcommand";
-  EXPECT_EQ(parse_update_target(""), std::nullopt);
-  EXPECT_EQ(parse_update_target("runc\0update\0\0"s), std::nullopt) << "an empty last argument";
+TEST(RuntimeApplies, OtherInvocationsNameNothing) {
+  EXPECT_EQ(target("runc\0--root\0/r\0exec\0--process\0/tmp/p.json\0"s + kId), "none");
+  EXPECT_EQ(target("runc\0--root\0/r\0state\0"s + kId), "none");
+  EXPECT_EQ(target("runc\0--root\0/r\0start\0"s + kId), "none");
+  EXPECT_EQ(target("runc\0--root\0/r\0delete\0--force\0"s + kId), "none");
+  EXPECT_EQ(target("runc\0update\0"s), "none") << "no container";
+  EXPECT_EQ(target("runc\0update\0--resources\0"s), "none") << "an option last";
+  EXPECT_EQ(target("update\0"s + kId), "none") << "the program itself is not the subcommand";
+  EXPECT_EQ(target(""), "none");
+  EXPECT_EQ(target("runc\0update\0\0"s), "none") << "an empty last argument";
 }
 
-TEST(RuntimeUpdates, ACgroupIsReadFromItsHierarchysLine) {
+TEST(RuntimeApplies, ACgroupIsReadFromItsHierarchysLine) {
   const std::string v2 = "0::/system.slice/containerd.service\n";
   EXPECT_EQ(parse_proc_cgroup(v2, ""), "/system.slice/containerd.service");
   EXPECT_EQ(parse_proc_cgroup(v2, "devices"), std::nullopt);
@@ -54,7 +64,7 @@ TEST(RuntimeUpdates, ACgroupIsReadFromItsHierarchysLine) {
   EXPECT_EQ(parse_proc_cgroup("garbage\n5:devices\n5:devices:relative\n", "devices"), std::nullopt);
 }
 
-TEST(RuntimeUpdates, OnlyARuntimeOutsideThePodsCounts) {
+TEST(RuntimeApplies, OnlyARuntimeOutsideThePodsCounts) {
   test::TempDir root("gdw-runtime-updates");
   const std::string update = "runc\0--root\0/r\0update\0--resources\0-\0"s + kId + "\0"s;
   auto process = [&](const std::string& pid, const std::string& comm, const std::string& cmdline,
@@ -64,7 +74,7 @@ TEST(RuntimeUpdates, OnlyARuntimeOutsideThePodsCounts) {
     root.write("proc/" + pid + "/cgroup", "0::" + cgroup + "\n");
   };
   process("100", "runc", update, "/system.slice/containerd.service");           // the shim's runc update
-  process("101", "crun", "crun\0update\0other"s, "/");                           // another container's update
+  process("101", "crun", "crun\0create\0other"s, "/");                           // another container's create
   process("200", "runc", update, "/kubepods/besteffort/pod0a1b2c3d-1111-2222-3333-444455556666/" + kId);          // a tenant's "runc"
   process("201", "sleep", update, "/system.slice/x.service");                    // not a runtime's name
   process("202", "runc", "runc\0--root\0/r\0state\0"s + kId, "/system.slice/y");  // not an update
@@ -73,18 +83,18 @@ TEST(RuntimeUpdates, OnlyARuntimeOutsideThePodsCounts) {
   root.write("proc/300/comm", "runc\n");                                         // vanished while read
 
   const KubepodsLocation where{"/sys/fs/cgroup/unified", "kubepods"};
-  const auto updates = runtime_updates_at_work(root.path() + "/proc", "", [&](const std::string& path) {
+  const auto applies = runtime_applies_at_work(root.path() + "/proc", "", [&](const std::string& path) {
     return inside_a_pod(where, where.hierarchy_root + path);
   });
   std::vector<std::pair<pid_t, std::string>> found;
-  for (const auto& u : updates) found.emplace_back(u.pid, u.comm + " " + u.container_id);
+  for (const auto& a : applies) found.emplace_back(a.pid, a.comm + " " + a.target.verb + " " + a.target.container_id);
   std::sort(found.begin(), found.end());
-  const std::vector<std::pair<pid_t, std::string>> expected = {{100, "runc " + kId}, {101, "crun other"},
-                                                               {203, "runc " + kId}};
+  const std::vector<std::pair<pid_t, std::string>> expected = {
+      {100, "runc update " + kId}, {101, "crun create other"}, {203, "runc update " + kId}};
   EXPECT_EQ(found, expected);
 }
 
-TEST(RuntimeUpdates, InsideAPodIsBelowAPodsDirectory) {
+TEST(RuntimeApplies, InsideAPodIsBelowAPodsDirectory) {
   const KubepodsLocation cgroupfs{"/sys/fs/cgroup/unified", "kubepods"};
   const std::string base = "/sys/fs/cgroup/unified/kubepods";
   EXPECT_TRUE(inside_a_pod(cgroupfs, base + "/besteffort/pod0a1b2c3d-1111-2222-3333-444455556666/" + kId));

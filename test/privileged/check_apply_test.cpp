@@ -1,9 +1,11 @@
-// `check --repair` never grants inside a runtime's update either. It has no probe: it looks
-// for runc or crun processes outside the pods whose command line updates a GPU container
-// (runtime/runtime_updates.h), and waits for their exit, at most repair.apply_wait_limit.
-// Here the update is a process called runc (a script, as containerd's shim would run runc)
-// that re-applied the container's spec (the GPU not in it) and lives on, its apply not
-// ended. A process dressed the same inside another container is a tenant's: not waited for.
+// `check --repair` never grants inside a runtime's update, nor inside a create it finds by
+// the runtime's command line. It has no probe: it looks for runc or crun processes outside
+// the pods whose command line creates or updates a GPU container
+// (runtime/runtime_applies.h), after the look that found devices missing, and waits for
+// their exit, at most repair.apply_wait_limit. Here the runtime is a process called runc or
+// crun (a script, as containerd's shim would run runc) that re-applied the container's spec
+// (the GPU not in it) and lives on, its apply not ended. A process dressed the same inside
+// another container is a tenant's: not waited for.
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -20,17 +22,17 @@ namespace {
 
 using std::chrono::milliseconds;
 
-class CheckUpdate : public ::testing::TestWithParam<bool> {
+class CheckApply : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     if (const std::string why = apply_wait_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
   }
 };
 
-TEST_P(CheckUpdate, RepairWaitsForTheUpdatesEnd) {
-  SandboxNode node(apply_wait_node(GetParam(), false, "check-update"));
+TEST_P(CheckApply, RepairWaitsForTheUpdatesEnd) {
+  SandboxNode node(apply_wait_node(GetParam(), false, "check-apply"));
   const SandboxContainer& c = add_gpu_container(node);
-  const pid_t update = node.start_lingering_update(c, "runc");
+  const pid_t update = node.start_lingering_runtime(c, "runc", "update");
   ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "the spec lacks the GPU";
 
   BackgroundProcess check({GDW_BINARY, "check", "--repair", "--config", node.write_config()});
@@ -49,10 +51,10 @@ TEST_P(CheckUpdate, RepairWaitsForTheUpdatesEnd) {
   EXPECT_EQ(node.open_errno(c, "nvidia1"), EPERM) << "not allocated";
 }
 
-TEST_P(CheckUpdate, AnUpdateOutlastingTheLimitIsRepairedAndSaidSo) {
-  SandboxNode node(apply_wait_node(GetParam(), false, "check-update-limit"));
+TEST_P(CheckApply, AnUpdateOutlastingTheLimitIsRepairedAndSaidSo) {
+  SandboxNode node(apply_wait_node(GetParam(), false, "check-apply-limit"));
   const SandboxContainer& c = add_gpu_container(node);
-  const pid_t update = node.start_lingering_update(c, "crun");
+  const pid_t update = node.start_lingering_runtime(c, "crun", "update");
   const auto started = std::chrono::steady_clock::now();
   auto r = run_command({GDW_BINARY, "check", "--repair", "--config",
                         node.write_config("repair:\n  apply_wait_limit: 200ms\n")});
@@ -70,13 +72,13 @@ TEST_P(CheckUpdate, AnUpdateOutlastingTheLimitIsRepairedAndSaidSo) {
 // A tenant's process can call itself runc and name any container in its arguments; it
 // cannot leave its own container's cgroup. One in another container, "updating" this one,
 // does not hold this one's repair.
-TEST_P(CheckUpdate, ARuntimeLookalikeInsideAContainerIsNotWaitedFor) {
-  SandboxNode node(apply_wait_node(GetParam(), false, "check-update-tenant"));
+TEST_P(CheckApply, ARuntimeLookalikeInsideAContainerIsNotWaitedFor) {
+  SandboxNode node(apply_wait_node(GetParam(), false, "check-apply-tenant"));
   const SandboxContainer& c = add_gpu_container(node);
   SandboxContainerSpec other;
   other.container_name = "tenant";
   const SandboxContainer& tenant = node.add_container(other);
-  const pid_t lookalike = node.start_lingering_update(c, "runc", &tenant);
+  const pid_t lookalike = node.start_lingering_runtime(c, "runc", "update", &tenant);
   const auto started = std::chrono::steady_clock::now();
   auto r = run_command({GDW_BINARY, "check", "--repair", "--config",
                         node.write_config("repair:\n  apply_wait_limit: 3s\n")});
@@ -90,7 +92,28 @@ TEST_P(CheckUpdate, ARuntimeLookalikeInsideAContainerIsNotWaitedFor) {
   EXPECT_EQ(open_after, ENXIO) << r.out;
 }
 
-INSTANTIATE_TEST_SUITE_P(CgroupVersions, CheckUpdate, ::testing::Values(true, false),
+// A create whose pid file names no process of this pid namespace's runtime (containerd in
+// another pid namespace: the runtime writes its own namespace's pid) is found by the
+// runtime's command line.
+TEST_P(CheckApply, ACreateSeenOnlyByItsCommandLineIsWaitedFor) {
+  SandboxNode node(apply_wait_node(GetParam(), false, "check-create-cmdline"));
+  const SandboxContainer& c = add_gpu_container(node);
+  const pid_t create = node.start_lingering_runtime(c, "runc", "create");
+  BackgroundProcess check({GDW_BINARY, "check", "--repair", "--config", node.write_config()});
+  const auto until = std::chrono::steady_clock::now() + milliseconds(300);
+  for (int look = 0; std::chrono::steady_clock::now() < until; ++look) {
+    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted inside the runtime's create (look " << look << ")\n"
+                                                    << check.output();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_TRUE(check.running()) << "check --repair did not wait for the create\n" << check.output();
+  node.finish_lingering(create);
+  EXPECT_EQ(check.wait(std::chrono::seconds(5)), 0) << check.output();
+  EXPECT_NE(check.output().find("granted nvidia0"), std::string::npos) << check.output();
+  EXPECT_EQ(node.open_errno(c, "nvidia0"), ENXIO);
+}
+
+INSTANTIATE_TEST_SUITE_P(CgroupVersions, CheckApply, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "V2" : "V1"; });
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "runtime/runtime_updates.h"
+#include "runtime/runtime_applies.h"
 
 #include <dirent.h>
 
@@ -43,14 +43,14 @@ std::optional<std::string> read_proc_file(const std::string& path, std::size_t m
 
 }  // namespace
 
-std::optional<std::string> parse_update_target(std::string_view cmdline) {
+std::optional<ApplyTarget> parse_apply_target(std::string_view cmdline) {
   if (!cmdline.empty() && cmdline.back() == '\0') cmdline.remove_suffix(1);
   const auto args = split(cmdline, '\0');
-  if (args.size() < 3) return std::nullopt;  // the program, `update`, the container at least
+  if (args.size() < 3) return std::nullopt;  // the program, the subcommand, the container at least
   const std::string_view last = args.back();
   if (last.empty() || last.front() == '-') return std::nullopt;
   for (std::size_t i = 1; i + 1 < args.size(); ++i)
-    if (args[i] == "update") return std::string(last);
+    if (args[i] == "create" || args[i] == "update") return ApplyTarget{std::string(args[i]), std::string(last)};
   return std::nullopt;
 }
 
@@ -75,11 +75,11 @@ std::optional<std::string> parse_proc_cgroup(std::string_view text, std::string_
   return std::nullopt;
 }
 
-std::vector<RuntimeUpdate> runtime_updates_at_work(const std::string& proc_root, std::string_view controller,
-                                                   const std::function<bool(const std::string&)>& in_a_container) {
-  std::vector<RuntimeUpdate> updates;
+std::vector<RuntimeApply> runtime_applies_at_work(const std::string& proc_root, std::string_view controller,
+                                                  const std::function<bool(const std::string&)>& in_a_container) {
+  std::vector<RuntimeApply> applies;
   const std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(proc_root.c_str()), ::closedir);
-  if (!dir) return updates;
+  if (!dir) return applies;
   while (const dirent* entry = ::readdir(dir.get())) {
     const auto pid = parse_pid_dir(entry->d_name);
     if (!pid) continue;
@@ -90,15 +90,15 @@ std::vector<RuntimeUpdate> runtime_updates_at_work(const std::string& proc_root,
     if (!writer_waited_for(recognise_writer({*comm, "", "", *pid}))) continue;
     const auto cmdline = read_proc_file(base + "/cmdline", kCmdlineMax);
     if (!cmdline) continue;
-    auto container_id = parse_update_target(*cmdline);
-    if (!container_id) continue;
+    auto target = parse_apply_target(*cmdline);
+    if (!target) continue;
     const auto cgroup_text = read_proc_file(base + "/cgroup", kCgroupFileMax);
     if (!cgroup_text) continue;
     const auto cgroup = parse_proc_cgroup(*cgroup_text, controller);
     if (!cgroup || in_a_container(*cgroup)) continue;
-    updates.push_back({*pid, std::move(*comm), std::move(*container_id)});
+    applies.push_back({*pid, std::move(*comm), std::move(*target)});
   }
-  return updates;
+  return applies;
 }
 
 }  // namespace gdw
