@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "app/check_exposure.h"
@@ -313,28 +313,28 @@ void print_json(const NodeModel& node, const std::vector<ContainerReport>& repor
 // plan (enforce with --repair, observe without), grant directly; then, systemd driver,
 // persist the grant in the scope's DeviceAllow= and look again.
 // `apply_note`: what of a runtime's create or update still went on when the wait for its end
-// (check_containers) reached its limit. `wait_for_apply` (repairing): waits while a
-// runtime creates or updates the container, called once a look has found devices missing,
-// and says what still went on at the limit.
+// (check_containers) reached its limit. `applies` (repairing): a runtime's create or update
+// of the container, looked for again after the look that finds devices missing; the grant
+// waits for its end, at most until the limit.
 ContainerReport check_container(DeviceAccess& access, const Config& config, const DiscoveredContainer& cg,
                                 ContainerTarget target, bool repair, std::string apply_note,
-                                const std::function<std::string()>& wait_for_apply) {
+                                const ContainerApplies* applies) {
   ContainerReport r;
   r.apply_note = std::move(apply_note);
   RepairState state(RepairBudget(config.repair.burst, config.repair.max_per_minute));
   RepairSettings settings = RepairSettings::from(config);
   if (!repair) settings.mode = Mode::kObserve;
-  if (repair && wait_for_apply) {
-    // A look before the grant: whatever took the devices it finds missing was at work
-    // before it, so a runtime's apply that did is found now, and not granted inside.
-    RepairState look(RepairBudget(config.repair.burst, config.repair.max_per_minute));
-    RepairSettings looking = settings;
-    looking.mode = Mode::kObserve;
-    (void)repair_once(access, look, cg.cgroup_dir, target.desired, Clock::now(), looking);
-    if (!look.missing.empty())
-      if (std::string going_on = wait_for_apply(); !going_on.empty()) r.apply_note = std::move(going_on);
+  std::function<bool()> apply_going_on;
+  if (repair && applies) apply_going_on = [applies] { return !applies->going_on().empty(); };
+  RepairStep step = repair_once(access, state, cg.cgroup_dir, target.desired, Clock::now(), settings, false, nullptr,
+                                -1, apply_going_on);
+  while (step.deferred) {  // an apply went on: granted after its end, or at the limit anyway
+    std::string still = applies->wait_for_end();
+    if (!still.empty()) r.apply_note = std::move(still);
+    if (std::chrono::steady_clock::now() >= applies->deadline) apply_going_on = nullptr;  // at most one limit
+    step = repair_once(access, state, cg.cgroup_dir, target.desired, Clock::now(), settings, false, nullptr, -1,
+                       apply_going_on);
   }
-  RepairStep step = repair_once(access, state, cg.cgroup_dir, target.desired, Clock::now(), settings);
   r.before = std::move(step.observed);
   if (step.applied) {
     r.grants = step.applied->devices;
@@ -347,6 +347,10 @@ ContainerReport check_container(DeviceAccess& access, const Config& config, cons
   const auto persist = plan_persistence(state, device_allow_lacks(target.exposure), step.settled.granted, Clock::now(),
                                         settings);
   if (repair && systemd_scope && !persist.devices.empty()) {
+    // Asked, systemd swaps the scope's program: never while a runtime applies there (runc
+    // replaces the program it saw), so looked for again right before.
+    if (applies)
+      if (std::string still = applies->wait_for_end(); !still.empty()) r.apply_note = std::move(still);
     const auto& devices = persist.devices;
     auto added = SystemdPersistence::persist_blocking(config, cg.cgroup_dir, devices);
     r.systemd_note = added ? "systemd added " + std::to_string(devices.size()) + " device(s) to " + *added + "'s DeviceAllow="
@@ -415,11 +419,10 @@ NodeReport check_containers(NodeModel& node, DeviceAccess& access, const Config&
       [&where](const std::string& path) { return inside_a_pod(where, where.hierarchy_root + path); }};
   const auto deadline = std::chrono::steady_clock::now() + config.repair.apply_wait_limit;
   wait_for_applies_end(bundles, config.repair.apply_wait_limit, processes, [&](std::size_t i, std::string note) {
-    std::function<std::string()> wait_for_apply;
-    if (const Bundle* bundle = bundles[i])
-      wait_for_apply = [&, bundle] { return wait_for_apply_end(*bundle, deadline, processes); };
+    std::optional<ContainerApplies> applies;
+    if (const Bundle* bundle = bundles[i]) applies.emplace(ContainerApplies{*bundle, deadline, processes});
     n.reports.push_back(check_container(access, config, *gpu[i].first, std::move(gpu[i].second), repair,
-                                        std::move(note), wait_for_apply));
+                                        std::move(note), applies ? &*applies : nullptr));
   });
   std::sort(n.reports.begin(), n.reports.end(),
             [](const ContainerReport& a, const ContainerReport& b) { return who(a.target) < who(b.target); });

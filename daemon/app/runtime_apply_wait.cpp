@@ -33,13 +33,17 @@ AppliesByContainer applies_by_container(const RuntimeProcesses& processes) {
   return applies;
 }
 
-// What a runtime's create or update of `bundle`'s container goes on now, or "".
+// What a runtime's create or update of `bundle`'s container goes on now, or "". A runtime
+// still exiting may have applied to any container: its apply ends as its last thread does.
 std::string apply_going_on(const Bundle& bundle, const AppliesByContainer& applies) {
-  const auto it = applies.find(bundle.container_id);
+  auto it = applies.find(bundle.container_id);
+  if (it == applies.end()) it = applies.find("");
   if (it == applies.end()) return {};
   const RuntimeApply& a = it->second;
-  return "its runtime (" + a.comm + ", pid " + std::to_string(a.pid) + ") is " +
-         (a.target.verb == "create" ? "creating" : "updating") + " it";
+  const std::string doing = a.target.verb == "create"   ? "is creating it"
+                            : a.target.verb == "update" ? "is updating it"
+                                                        : "is still exiting";
+  return "its runtime (" + a.comm + ", pid " + std::to_string(a.pid) + ") " + doing;
 }
 
 // What of the create goes on now, or "". `bundle_new`: the bundle was written less than the
@@ -91,11 +95,12 @@ void wait_for_applies_end(const std::vector<const Bundle*>& bundles, Duration li
   }
 }
 
-std::string wait_for_apply_end(const Bundle& bundle, std::chrono::steady_clock::time_point deadline,
-                                const RuntimeProcesses& processes) {
+std::string ContainerApplies::going_on() const { return apply_going_on(bundle, applies_by_container(processes)); }
+
+std::string ContainerApplies::wait_for_end() const {
   for (;;) {
-    std::string going_on = apply_going_on(bundle, applies_by_container(processes));
-    if (going_on.empty() || std::chrono::steady_clock::now() >= deadline) return going_on;
+    std::string still = going_on();
+    if (still.empty() || std::chrono::steady_clock::now() >= deadline) return still;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

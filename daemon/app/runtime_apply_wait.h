@@ -2,10 +2,11 @@
 // (service/apply_waits.h). It has no probe to name the writer, so it looks for the applies
 // that can be going on: a create that has not ended (its pid file not yet written while its
 // bundle is new, or the runtime that wrote it still running: runtime/create_runtime.h) and
-// a runtime updating the container (`runc update`, `crun update`:
-// runtime/runtime_applies.h). Each is waited for, at most repair.apply_wait_limit, looked
-// at every 5 ms. The containers of a node are waited for together, so that N of them take
-// at most one limit, not N. A one-shot command may block; the daemon's event loop never does.
+// a runtime creating or updating the container by its command line (`runc create`, `runc
+// update`, crun's the same: runtime/runtime_applies.h). Each is waited for, at most
+// repair.apply_wait_limit, looked at every 5 ms. The containers of a node are waited for
+// together, so that N of them take at most one limit, not N. A one-shot command may block;
+// the daemon's event loop never does.
 #pragma once
 
 #include <chrono>
@@ -37,11 +38,18 @@ struct RuntimeProcesses {
 void wait_for_applies_end(const std::vector<const Bundle*>& bundles, Duration limit, const RuntimeProcesses& processes,
                           const std::function<void(std::size_t, std::string)>& ended);
 
-// After a look found `bundle`'s container missing devices: while a runtime creates or
-// updates it, waits for that apply's end, until `deadline`. Looked for after that look, an
-// apply that took the devices is found: it was at work before the look saw them gone. What still
-// went on at the deadline, or "".
-std::string wait_for_apply_end(const Bundle& bundle, std::chrono::steady_clock::time_point deadline,
-                                const RuntimeProcesses& processes);
+// A runtime's create or update of one container, looked for again before its grant
+// (repair_once's `apply_going_on`: after the look that found devices missing, so an apply
+// that took them is found) and waited for, until `deadline`, the one all containers share.
+struct ContainerApplies {
+  const Bundle& bundle;
+  std::chrono::steady_clock::time_point deadline;
+  const RuntimeProcesses& processes;
+
+  // One look: what of a runtime's create or update of the container goes on now, or "".
+  std::string going_on() const;
+  // Until none goes on, or the deadline: what still went on then, or "".
+  std::string wait_for_end() const;
+};
 
 }  // namespace gdw

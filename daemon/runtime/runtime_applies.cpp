@@ -12,7 +12,7 @@
 namespace gdw {
 namespace {
 
-// runc's and crun's command lines are a few hundred bytes; a longer one is no update of theirs.
+// runc's and crun's command lines are a few hundred bytes; a longer one is no apply of theirs.
 constexpr std::size_t kCmdlineMax = 16 * 1024;
 // /proc/<pid>/cgroup: a line per v1 hierarchy, each path at most a few hundred bytes.
 constexpr std::size_t kCgroupFileMax = 64 * 1024;
@@ -54,6 +54,20 @@ std::optional<ApplyTarget> parse_apply_target(std::string_view cmdline) {
   return std::nullopt;
 }
 
+bool parse_stat_still_exiting(std::string_view stat) {
+  const auto close = stat.rfind(')');
+  if (close == std::string_view::npos) return false;
+  std::vector<std::string_view> fields;
+  for (std::string_view f : split(stat.substr(close + 1), ' '))
+    if (!f.empty()) fields.push_back(f);
+  // Fields 3 (state) and 20 (num_threads) of proc(5): the 1st and 18th after the comm.
+  if (fields.size() < 18 || fields[0].empty()) return false;
+  if (fields[0] != "Z") return true;
+  long threads = 0;
+  const auto [end, ec] = std::from_chars(fields[17].data(), fields[17].data() + fields[17].size(), threads);
+  return ec == std::errc() && end == fields[17].data() + fields[17].size() && threads > 1;
+}
+
 std::optional<std::string> parse_proc_cgroup(std::string_view text, std::string_view controller) {
   for (std::string_view line : split(text, '\n')) {
     // "<hierarchy id>:<controllers>:<path>"; the path may hold colons itself.
@@ -91,6 +105,10 @@ std::vector<RuntimeApply> runtime_applies_at_work(const std::string& proc_root, 
     const auto cmdline = read_proc_file(base + "/cmdline", kCmdlineMax);
     if (!cmdline) continue;
     auto target = parse_apply_target(*cmdline);
+    if (!target && cmdline->empty()) {
+      const auto stat = read_proc_file(base + "/stat", 4096);
+      if (stat && parse_stat_still_exiting(*stat)) target = ApplyTarget{"exit", ""};
+    }
     if (!target) continue;
     const auto cgroup_text = read_proc_file(base + "/cgroup", kCgroupFileMax);
     if (!cgroup_text) continue;

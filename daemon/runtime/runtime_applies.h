@@ -21,8 +21,8 @@
 namespace gdw {
 
 struct ApplyTarget {
-  std::string verb;  // "create" or "update"
-  std::string container_id;
+  std::string verb;          // "create" or "update"; "exit": a runtime still exiting
+  std::string container_id;  // "" for "exit": its command line is gone with its memory
 };
 // The container a runtime's command line (/proc/<pid>/cmdline: NUL-separated arguments)
 // creates or updates: its last argument, when an earlier one is the `create` or `update`
@@ -34,15 +34,22 @@ std::optional<ApplyTarget> parse_apply_target(std::string_view cmdline);
 // ("4:cpu,cpuacct:/path"). The path is relative to that hierarchy's root. nullopt when absent.
 std::optional<std::string> parse_proc_cgroup(std::string_view text, std::string_view controller);
 
+// Whether /proc/<pid>/stat (read after the last ')': the comm may hold anything) is of a
+// process still exiting: not yet a zombie, or a zombie leader whose other threads are not
+// all gone. A runtime's leader loses its command line as it exits, and its last thread
+// leaves do_exit later.
+bool parse_stat_still_exiting(std::string_view stat);
+
 struct RuntimeApply {
   pid_t pid = 0;
   std::string comm;
   ApplyTarget target;
 };
 
-// Every runtime process under `proc_root` creating or updating a container now, its cgroup
-// (in the hierarchy of `controller`) outside the containers (`in_a_container(path)` false
-// for it). Processes that vanish while read are skipped.
+// Every runtime process under `proc_root` creating or updating a container now, or exiting
+// (its command line gone, it may have been either: a container it applied to cannot be told),
+// its cgroup (in the hierarchy of `controller`) outside the containers
+// (`in_a_container(path)` false for it). Processes that vanish while read are skipped.
 std::vector<RuntimeApply> runtime_applies_at_work(const std::string& proc_root, std::string_view controller,
                                                   const std::function<bool(const std::string&)>& in_a_container);
 

@@ -16,7 +16,8 @@ bool records_waiting(int fd) {
 
 RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::string& cgroup_dir,
                        const DesiredDevices& desired, Clock::time_point now, const RepairSettings& settings,
-                       bool all_denied_seen, const AttachedProgram* attached, int unread_records_fd) {
+                       bool all_denied_seen, const AttachedProgram* attached, int unread_records_fd,
+                       const std::function<bool()>& apply_going_on) {
   RepairStep step;
   // Every wanted device was denied by the write the probe saw: nothing to read.
   const bool all_missing = all_denied_seen && !access.policy_in_programs() && settings.mode == Mode::kEnforce;
@@ -30,7 +31,7 @@ RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::stri
   }
   state.read_error_reported.reset();
   const auto& missing = all_missing ? desired.wanted : step.observed->missing;
-  if (!missing.empty() && records_waiting(unread_records_fd)) {
+  if (!missing.empty() && (records_waiting(unread_records_fd) || (apply_going_on && apply_going_on()))) {
     step.deferred = true;
     return step;
   }

@@ -3,6 +3,7 @@
 // (repair_loop.h) or `check --repair`'s printout. Both run this same code.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -35,10 +36,12 @@ struct RepairStep {
 // `unread_records_fd`: the probe's records (readable while some wait unread), or -1. A look
 // that finds devices missing while records wait may have seen a runtime's apply that they
 // name (its attach or write is recorded before anyone can see it): the step defers rather
-// than grant inside that apply.
+// than grant inside that apply. `apply_going_on` (check --repair, which has no probe): asked
+// after a look that finds devices missing, before any grant; true defers the step the same
+// way (whatever took them was at work before that look, so it is found then).
 RepairStep repair_once(DeviceAccess& access, RepairState& state, const std::string& cgroup_dir,
                        const DesiredDevices& desired, Clock::time_point now, const RepairSettings& settings,
                        bool all_denied_seen = false, const AttachedProgram* attached = nullptr,
-                       int unread_records_fd = -1);
+                       int unread_records_fd = -1, const std::function<bool()>& apply_going_on = {});
 
 }  // namespace gdw

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <chrono>
 #include <string>
-#include <thread>
 
 #include "support/apply_wait_checks.h"
 #include "support/process.h"
@@ -33,22 +32,7 @@ TEST_P(CheckApply, RepairWaitsForTheUpdatesEnd) {
   SandboxNode node(apply_wait_node(GetParam(), false, "check-apply"));
   const SandboxContainer& c = add_gpu_container(node);
   const pid_t update = node.start_lingering_runtime(c, "runc", "update");
-  ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "the spec lacks the GPU";
-
-  BackgroundProcess check({GDW_BINARY, "check", "--repair", "--config", node.write_config()});
-  const auto until = std::chrono::steady_clock::now() + milliseconds(300);
-  for (int look = 0; std::chrono::steady_clock::now() < until; ++look) {
-    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted inside the runtime's update (look " << look << ")\n"
-                                                    << check.output();
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  EXPECT_TRUE(check.running()) << "check --repair did not wait for the update\n" << check.output();
-  node.finish_lingering(update);
-  EXPECT_EQ(check.wait(std::chrono::seconds(5)), 0) << check.output();
-  EXPECT_NE(check.output().find("granted nvidia0"), std::string::npos) << check.output();
-  EXPECT_EQ(check.output().find("repaired though"), std::string::npos) << check.output();
-  EXPECT_EQ(node.open_errno(c, "nvidia0"), ENXIO);
-  EXPECT_EQ(node.open_errno(c, "nvidia1"), EPERM) << "not allocated";
+  expect_check_waits_for_apply(node, c, "the runtime's update", [&] { node.finish_lingering(update); });
 }
 
 TEST_P(CheckApply, AnUpdateOutlastingTheLimitIsRepairedAndSaidSo) {
@@ -99,18 +83,7 @@ TEST_P(CheckApply, ACreateSeenOnlyByItsCommandLineIsWaitedFor) {
   SandboxNode node(apply_wait_node(GetParam(), false, "check-create-cmdline"));
   const SandboxContainer& c = add_gpu_container(node);
   const pid_t create = node.start_lingering_runtime(c, "runc", "create");
-  BackgroundProcess check({GDW_BINARY, "check", "--repair", "--config", node.write_config()});
-  const auto until = std::chrono::steady_clock::now() + milliseconds(300);
-  for (int look = 0; std::chrono::steady_clock::now() < until; ++look) {
-    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted inside the runtime's create (look " << look << ")\n"
-                                                    << check.output();
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  EXPECT_TRUE(check.running()) << "check --repair did not wait for the create\n" << check.output();
-  node.finish_lingering(create);
-  EXPECT_EQ(check.wait(std::chrono::seconds(5)), 0) << check.output();
-  EXPECT_NE(check.output().find("granted nvidia0"), std::string::npos) << check.output();
-  EXPECT_EQ(node.open_errno(c, "nvidia0"), ENXIO);
+  expect_check_waits_for_apply(node, c, "the runtime's create", [&] { node.finish_lingering(create); });
 }
 
 INSTANTIATE_TEST_SUITE_P(CgroupVersions, CheckApply, ::testing::Values(true, false),

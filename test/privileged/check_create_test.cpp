@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <chrono>
 #include <string>
-#include <thread>
 
 #include "support/apply_wait_checks.h"
 #include "support/process.h"
@@ -41,23 +40,8 @@ class CheckCreate : public ::testing::TestWithParam<bool> {
 TEST_P(CheckCreate, RepairWaitsForTheCreatesEnd) {
   SandboxNode node(apply_wait_node(GetParam(), false, "check-create"));
   const SandboxContainer& c = create(node);
-  ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "the spec lacks the GPU";
-
-  BackgroundProcess check({GDW_BINARY, "check", "--repair", "--config", node.write_config()});
-  const auto until = std::chrono::steady_clock::now() + milliseconds(300);
-  for (int look = 0; std::chrono::steady_clock::now() < until; ++look) {
-    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted inside the runtime's create (look " << look << ")\n"
-                                                    << check.output();
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  EXPECT_TRUE(check.running()) << "check --repair did not wait for the create\n" << check.output();
-  node.release_lingering(c.runtime);  // writes the pid file and exits
-  EXPECT_EQ(check.wait(std::chrono::seconds(5)), 0) << check.output();
+  expect_check_waits_for_apply(node, c, "the runtime's create", [&] { node.release_lingering(c.runtime); });
   node.finish_runtime(c);
-  EXPECT_NE(check.output().find("granted nvidia0"), std::string::npos) << check.output();
-  EXPECT_EQ(check.output().find("repaired though"), std::string::npos) << check.output();
-  EXPECT_EQ(node.open_errno(c, "nvidia0"), ENXIO);
-  EXPECT_EQ(node.open_errno(c, "nvidia1"), EPERM) << "not allocated";
 }
 
 TEST_P(CheckCreate, ACreateOutlastingTheLimitIsRepairedAndSaidSo) {

@@ -36,8 +36,12 @@ class CheckLoop:
 
     def _loop(self):
         while not self._stop.is_set():
-            r = subprocess.run([self.binary, "check", "--repair", "--config", self.config], capture_output=True,
-                               text=True, timeout=60)
+            try:
+                r = subprocess.run([self.binary, "check", "--repair", "--config", self.config], capture_output=True,
+                                   text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                self.failed["did not end within 60 s"] = self.failed.get("did not end within 60 s", 0) + 1
+                continue
             self.runs += 1
             if "granted " in r.stdout:
                 self.granting_runs += 1

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -66,6 +67,28 @@ inline void expect_granted_after_writer_exit(SandboxNode& node, const SandboxCon
   EXPECT_TRUE(eventually([&] { return daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "writer_exit"}}) >= 1; }))
       << daemon.metrics();
   EXPECT_EQ(daemon.metric("gpu_devwatch_apply_waits_total", {{"until", "limit"}}), 0) << daemon.output();
+}
+
+// `check --repair` run while a runtime's apply to `c` (`whose`) goes on: nvidia0 stays denied
+// and check keeps waiting for 300 ms; `end_apply` ends the apply, and check then grants
+// nvidia0 (never nvidia1, not allocated) without a word of the limit.
+inline void expect_check_waits_for_apply(SandboxNode& node, const SandboxContainer& c, const std::string& whose,
+                                         const std::function<void()>& end_apply) {
+  ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "the spec lacks the GPU";
+  BackgroundProcess check({GDW_BINARY, "check", "--repair", "--config", node.write_config()});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  for (int look = 0; std::chrono::steady_clock::now() < until; ++look) {
+    ASSERT_EQ(node.open_errno(c, "nvidia0"), EPERM) << "granted inside " << whose << " (look " << look << ")\n"
+                                                    << check.output();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(check.running()) << "check --repair did not wait for " << whose << "\n" << check.output();
+  end_apply();
+  EXPECT_EQ(check.wait(std::chrono::seconds(5)), 0) << check.output();
+  EXPECT_NE(check.output().find("granted nvidia0"), std::string::npos) << check.output();
+  EXPECT_EQ(check.output().find("repaired though"), std::string::npos) << check.output();
+  EXPECT_EQ(node.open_errno(c, "nvidia0"), ENXIO);
+  EXPECT_EQ(node.open_errno(c, "nvidia1"), EPERM) << "not allocated";
 }
 
 }  // namespace gdw::test
