@@ -409,8 +409,9 @@ NodeReport check_containers(NodeModel& node, DeviceAccess& access, const Config&
     }
     gpu.emplace_back(&cg, std::move(target));
   }
-  // Never inside a runtime's create or update: waited for as the daemon waits (all
-  // together), then repaired anyway.
+  // Never inside a runtime's create (waited for as the daemon waits, all together) or its
+  // create or update found by its command line (inside each repair step), then repaired
+  // anyway at the one limit.
   std::vector<const Bundle*> bundles;
   for (const auto& [cg, target] : gpu) bundles.push_back(repair && target.bundle ? &*target.bundle : nullptr);
   const KubepodsLocation& where = node.kubepods();
@@ -418,7 +419,7 @@ NodeReport check_containers(NodeModel& node, DeviceAccess& access, const Config&
       kLiveProcRoot, node.version() == CgroupVersion::kV2 ? "" : "devices",
       [&where](const std::string& path) { return inside_a_pod(where, where.hierarchy_root + path); }};
   const auto deadline = std::chrono::steady_clock::now() + config.repair.apply_wait_limit;
-  wait_for_applies_end(bundles, config.repair.apply_wait_limit, processes, [&](std::size_t i, std::string note) {
+  wait_for_creates_end(bundles, config.repair.apply_wait_limit, kLiveProcRoot, [&](std::size_t i, std::string note) {
     std::optional<ContainerApplies> applies;
     if (const Bundle* bundle = bundles[i]) applies.emplace(ContainerApplies{*bundle, deadline, processes});
     n.reports.push_back(check_container(access, config, *gpu[i].first, std::move(gpu[i].second), repair,

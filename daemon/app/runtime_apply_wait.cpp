@@ -2,9 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <map>
 #include <thread>
 #include <vector>
 
@@ -24,22 +24,16 @@ std::optional<std::chrono::nanoseconds> written_ago(const std::string& path) {
   return std::chrono::seconds(now.tv_sec - st.st_mtim.tv_sec) + std::chrono::nanoseconds(now.tv_nsec - st.st_mtim.tv_nsec);
 }
 
-// The runtimes creating or updating a container now, by container.
-using AppliesByContainer = std::multimap<std::string, RuntimeApply>;
-AppliesByContainer applies_by_container(const RuntimeProcesses& processes) {
-  AppliesByContainer applies;
-  for (auto& a : runtime_applies_at_work(processes.proc_root, processes.cgroup_controller, processes.in_a_container))
-    applies.emplace(a.target.container_id, std::move(a));
-  return applies;
-}
-
 // What a runtime's create or update of `bundle`'s container goes on now, or "". A runtime
 // still exiting may have applied to any container: its apply ends as its last thread does.
-std::string apply_going_on(const Bundle& bundle, const AppliesByContainer& applies) {
-  auto it = applies.find(bundle.container_id);
-  if (it == applies.end()) it = applies.find("");
+std::string apply_going_on(const Bundle& bundle, const std::vector<RuntimeApply>& applies) {
+  const auto named = [&](const std::string& id) {
+    return std::find_if(applies.begin(), applies.end(), [&](const RuntimeApply& a) { return a.target.container_id == id; });
+  };
+  auto it = named(bundle.container_id);
+  if (it == applies.end()) it = named("");
   if (it == applies.end()) return {};
-  const RuntimeApply& a = it->second;
+  const RuntimeApply& a = *it;
   const std::string doing = a.target.verb == "create"   ? "is creating it"
                             : a.target.verb == "update" ? "is updating it"
                                                         : "is still exiting";
@@ -61,7 +55,7 @@ std::string create_going_on(const Bundle& bundle, bool bundle_new, const std::st
 
 }  // namespace
 
-void wait_for_applies_end(const std::vector<const Bundle*>& bundles, Duration limit, const RuntimeProcesses& processes,
+void wait_for_creates_end(const std::vector<const Bundle*>& bundles, Duration limit, const std::string& proc_root,
                           const std::function<void(std::size_t, std::string)>& ended) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   struct Pending {
@@ -77,25 +71,25 @@ void wait_for_applies_end(const std::vector<const Bundle*>& bundles, Duration li
     const auto age = written_ago(bundles[i]->config_path);
     pending.push_back({i, age && *age < limit});
   }
-  while (!pending.empty()) {
+  for (;;) {
     const bool at_limit = std::chrono::steady_clock::now() >= deadline;
-    // One walk of the processes per look, for every container still pending.
-    const auto applies = applies_by_container(processes);
-    // One look at each still pending (erase_if asks its predicate once per element): those
-    // whose applies ended, or all at the limit, are handed on and leave the list.
+    // One look at each create still pending (erase_if asks its predicate once per element):
+    // those that ended, or all at the limit, are handed on and leave the list.
     std::erase_if(pending, [&](const Pending& p) {
-      const Bundle& bundle = *bundles[p.index];
-      std::string going_on = create_going_on(bundle, p.bundle_new, processes.proc_root);
-      if (going_on.empty()) going_on = apply_going_on(bundle, applies);
+      std::string going_on = create_going_on(*bundles[p.index], p.bundle_new, proc_root);
       if (!going_on.empty() && !at_limit) return false;
       ended(p.index, std::move(going_on));
       return true;
     });
-    if (!pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (pending.empty()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
-std::string ContainerApplies::going_on() const { return apply_going_on(bundle, applies_by_container(processes)); }
+std::string ContainerApplies::going_on() const {
+  return apply_going_on(bundle, runtime_applies_at_work(processes.proc_root, processes.cgroup_controller,
+                                                        processes.in_a_container));
+}
 
 std::string ContainerApplies::wait_for_end() const {
   for (;;) {

@@ -7,6 +7,7 @@
 
 #include "core/apply_wait.h"
 #include "core/writer_name.h"
+#include "runtime/create_runtime.h"
 #include "hostfs/bounded_file.h"
 
 namespace gdw {
@@ -26,13 +27,6 @@ std::vector<std::string_view> split(std::string_view text, char sep) {
     text.remove_prefix(end + 1);
   }
   return parts;
-}
-
-std::optional<pid_t> parse_pid_dir(std::string_view name) {
-  pid_t pid = 0;
-  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
-  if (ec != std::errc() || end != name.data() + name.size() || pid <= 0) return std::nullopt;
-  return pid;
 }
 
 std::optional<std::string> read_proc_file(const std::string& path, std::size_t max_bytes) {
@@ -95,7 +89,7 @@ std::vector<RuntimeApply> runtime_applies_at_work(const std::string& proc_root, 
   const std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(proc_root.c_str()), ::closedir);
   if (!dir) return applies;
   while (const dirent* entry = ::readdir(dir.get())) {
-    const auto pid = parse_pid_dir(entry->d_name);
+    const auto pid = parse_pid_file(entry->d_name);  // a /proc directory: a pid alone
     if (!pid) continue;
     const std::string base = proc_root + "/" + entry->d_name;
     auto comm = read_proc_file(base + "/comm", 64);
