@@ -23,20 +23,24 @@ std::optional<pid_t> parse_pid_file(std::string_view text) {
   return parse_positive(text);
 }
 
-std::optional<pid_t> parse_stat_parent(std::string_view stat) {
-  // "<pid> (<comm>) <state> <ppid> ...": after the last ')', the second field.
+std::vector<std::string_view> stat_fields_after_comm(std::string_view stat) {
+  std::vector<std::string_view> fields;
   const auto close = stat.rfind(')');
-  if (close == std::string_view::npos) return std::nullopt;
+  if (close == std::string_view::npos) return fields;
   std::string_view rest = stat.substr(close + 1);
-  std::string_view field;
-  for (int i = 0; i < 2; ++i) {
-    const auto start = rest.find_first_not_of(' ');
-    if (start == std::string_view::npos) return std::nullopt;
-    rest = rest.substr(start);
-    field = rest.substr(0, rest.find(' '));
-    rest = rest.substr(field.size());
+  while (!rest.empty()) {
+    const auto end = rest.find(' ');
+    if (const std::string_view field = rest.substr(0, end); !field.empty()) fields.push_back(field);
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end + 1);
   }
-  return parse_positive(field);
+  return fields;
+}
+
+std::optional<pid_t> parse_stat_parent(std::string_view stat) {
+  const auto fields = stat_fields_after_comm(stat);
+  if (fields.size() < 2) return std::nullopt;
+  return parse_positive(fields[1]);  // field 4 (ppid)
 }
 
 std::optional<CreateRuntime> read_create_runtime(const std::string& pid_file, const std::string& proc_root) {

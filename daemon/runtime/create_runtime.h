@@ -11,13 +11,17 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gdw {
 
 // A pid file's text: one decimal pid (a newline or nothing after). nullopt otherwise.
 std::optional<pid_t> parse_pid_file(std::string_view text);
-// /proc/<pid>/stat's parent pid (its 4th field, after the comm in parentheses, which may
-// hold anything: read from the last ')'). nullopt when malformed.
+// /proc/<pid>/stat's fields after the comm, which is in parentheses and may hold anything
+// (spaces, ')'): split from the last ')'. [0] is proc(5)'s field 3 (state); empty when
+// there is no ')'.
+std::vector<std::string_view> stat_fields_after_comm(std::string_view stat);
+// /proc/<pid>/stat's parent pid (its 4th field). nullopt when malformed.
 std::optional<pid_t> parse_stat_parent(std::string_view stat);
 
 struct CreateRuntime {

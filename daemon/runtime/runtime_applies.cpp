@@ -49,13 +49,9 @@ std::optional<ApplyTarget> parse_apply_target(std::string_view cmdline) {
 }
 
 bool parse_stat_still_exiting(std::string_view stat) {
-  const auto close = stat.rfind(')');
-  if (close == std::string_view::npos) return false;
-  std::vector<std::string_view> fields;
-  for (std::string_view f : split(stat.substr(close + 1), ' '))
-    if (!f.empty()) fields.push_back(f);
+  const auto fields = stat_fields_after_comm(stat);
   // Fields 3 (state) and 20 (num_threads) of proc(5): the 1st and 18th after the comm.
-  if (fields.size() < 18 || fields[0].empty()) return false;
+  if (fields.size() < 18) return false;
   if (fields[0] != "Z") return true;
   long threads = 0;
   const auto [end, ec] = std::from_chars(fields[17].data(), fields[17].data() + fields[17].size(), threads);

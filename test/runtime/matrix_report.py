@@ -86,7 +86,7 @@ def verdict(results, not_run, ci):
         # it can swap the program runc looked at before runc replaces it (runc's ENOENT).
         inside = st.view.calls.sends_inside_applies() if st.view else []
         if inside:
-            failures.append("%s: the daemon sent systemd %d D-Bus message(s) inside a runtime's apply (%s)" % (
+            failures.append("%s: gpu-devwatch sent systemd %d D-Bus message(s) inside a runtime's apply (%s)" % (
                 name, len(inside), inside[0][1]))
         if st.mode not in ("enforce", "check"):
             continue

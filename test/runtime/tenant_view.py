@@ -106,7 +106,8 @@ class TenantView:
                              p50_p99(daemon), ms(daemon[-1]), len(daemon)))
         inside = self.calls.sends_inside_applies()
         if self.calls.sends:  # (a message inside an apply is one of them)
-            lines.append("the daemon's D-Bus messages to systemd: %d; inside a runtime's apply of device programs "
+            # By comm: in check mode also those of `check --repair` (the daemon observes).
+            lines.append("gpu-devwatch's D-Bus messages to systemd: %d; inside a runtime's apply of device programs "
                          "(its exec to its exit, %d applies): %d%s" % (
                              len(self.calls.sends), len(self.calls.applies), len(inside),
                              " (" + ", ".join(who for _, who in inside[:3]) + ")" if inside else ""))
