@@ -330,9 +330,11 @@ int main(int argc, char** argv) {
   std::printf("\nloadavg:  %s (at the end)\n", loadavg().c_str());
   print_build(("gpu-devwatch: " + o.daemon_binary).c_str(), measured, o);
   print_floor(measured, o);
+  print_ratios(measured);
   if (!o.compare_daemon.empty()) {
     print_build(("compared build: " + o.compare_daemon).c_str(), compared, o);
     print_floor(compared, o);
+    print_ratios(compared);
     print_compared(measured, compared, o);
   }
   return 0;

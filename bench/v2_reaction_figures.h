@@ -228,4 +228,33 @@ inline void print_floor(const BuildFigures& b, const Options& o) {
   }
 }
 
+// The same run as ratios (absolute times move between runs here, ratios much less): each
+// style's reaction over the floor with the daemon's slice (at or under 1: nothing of the
+// daemon's own is left on the tail), and what the tenant lives through on v2 against v1,
+// the window (the first harmful call -> allowed): v1's reaction starts at the runtime's
+// last write, when the daemon has been awake since its first, v2's at its only call.
+inline void print_ratios(const BuildFigures& b) {
+  auto ratio = [](double a, double f) { return a >= 0 && f > 0 ? a / f : -1.0; };
+  auto cell = [](double v) { v < 0 ? std::printf(" %9s", "-") : std::printf(" %9.2f", v); };
+  std::printf("\nratios, this run%28s %9s %9s\n", "p50", "p90", "p99");
+  const std::tuple<const char*, const VersionFigures*, ReapplyStyle> styles[] = {
+      {"v2 runc-style", &b.v2, ReapplyStyle::kRuncV2},
+      {"v2 systemd-style", &b.v2, ReapplyStyle::kSystemdV2},
+      {"v1 old runc", &b.v1, ReapplyStyle::kOldRuncV1}};
+  for (auto [name, v, style] : styles) {
+    if (!v->measured) continue;
+    std::printf("%-16s reaction / floor  ", name);
+    for (double q : {.5, .9, .99}) cell(ratio(pct(v->style(style).reaction_us, q), pct(v->floor_us, q)));
+    std::printf("\n");
+  }
+  if (!b.v2.measured || !b.v1.measured) return;
+  const auto& v1_window = b.v1.style(ReapplyStyle::kOldRuncV1).window_us;
+  for (auto [name, v, style] : styles) {
+    if (v == &b.v1) continue;
+    std::printf("%-16s window / v1's     ", name);
+    for (double q : {.5, .9, .99}) cell(ratio(pct(v->style(style).window_us, q), pct(v1_window, q)));
+    std::printf("\n");
+  }
+}
+
 }  // namespace gdw::bench::v2_reaction
