@@ -24,7 +24,9 @@
  *    those sites (found by gdw_lookup_symbols) and returns for any other kmalloc; at a
  *    site, a bpf() attach of a device program to a watched cgroup is reported. A
  *    capability check during the attach would have been cheaper still, but the kernel
- *    makes none there (only the load checks CAP_BPF).
+ *    makes none there (only the load checks CAP_BPF). One more site, where a load
+ *    allocates its program, reports device program loads by a tenant or systemd: the
+ *    attach that follows then finds the daemon awake or just asleep, not 100 ms asleep.
  *  - tp_btf/cgroup_mkdir, tp_btf/cgroup_rmdir.
  *  - tp_btf/sched_process_exit: the writers user space waits for (devwatch_writer_exits.bpf.h).
  *
@@ -168,14 +170,15 @@ int BPF_PROG(gdw_fexit_rule_write, struct kernfs_open_file *of, char *buf, size_
 SEC("tp_btf/kmalloc")
 int BPF_PROG(gdw_effective_progs, unsigned long call_site, const void *ptr, size_t bytes_req, size_t bytes_alloc,
              gfp_t gfp_flags, int node) {
-  if (!at_effective_progs_site(call_site)) return 0;
-  /* The daemon's own wrappers are attached here too: nothing to report about them. */
+  const bool attach_site = at_effective_progs_site(call_site);
+  if (!attach_site && !at_program_load_site(call_site)) return 0;
+  /* The daemon's own wrappers are loaded and attached here too: nothing to report. */
   if (ignored_writer_tgid && (bpf_get_current_pid_tgid() >> 32) == ignored_writer_tgid) return 0;
   struct task_struct *task = bpf_get_current_task_btf();
   if (task->flags & (PF_KTHREAD | PF_IO_WORKER)) return 0;
   struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
   if (!regs || SYSCALL_NR(regs) != NR_bpf || in_compat_syscall(task)) return 0;
-  return emit_device_program_attaching(task, regs);
+  return attach_site ? emit_device_program_attaching(task, regs) : emit_device_program_load_ahead(regs);
 }
 
 /* The attach hook's kinds, cheapest first for the rest of the node; user space attaches
@@ -223,12 +226,14 @@ int BPF_PROG(gdw_fexit_link_attach, const union bpf_attr *attr, struct bpf_prog 
 const char site_compute[] = "compute_effective_progs";
 const char site_update[] = "update_effective_progs";
 const char site_alloc[] = "bpf_prog_array_alloc";
+const char site_load[] = "bpf_prog_alloc_no_stats";
 
 SEC("syscall")
 int gdw_lookup_symbols(void *ctx) {
   bpf_kallsyms_lookup_name(site_compute, sizeof(site_compute), 0, &effective_progs_sites[0]);
   bpf_kallsyms_lookup_name(site_update, sizeof(site_update), 0, &effective_progs_sites[1]);
   bpf_kallsyms_lookup_name(site_alloc, sizeof(site_alloc), 0, &effective_progs_sites[2]);
+  bpf_kallsyms_lookup_name(site_load, sizeof(site_load), 0, &program_load_site);
   return 0;
 }
 

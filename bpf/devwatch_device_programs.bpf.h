@@ -102,8 +102,13 @@ struct {
 /* The attach hook's call sites (function starts, 0: unknown): written once after load by
  * gdw_lookup_symbols, read on every kmalloc (a load, no helper call). */
 __u64 effective_progs_sites[GDW_EFFECTIVE_PROGS_SITES];
-/* Written by user space: device program loads are reported (the attach hook is not
- * attached to report the attaches themselves). */
+/* Where bpf(BPF_PROG_LOAD) allocates the new program (bpf_prog_alloc_no_stats, its aux):
+ * looked up with the sites above; 0: unknown. The kmalloc attach hook reports a device
+ * program load there, before the verifier runs (emit_device_program_load_ahead). */
+__u64 program_load_site;
+/* Written by user space: device program loads are reported. Without the attach hook they
+ * stand for the attaches it would report; with it, they wake the daemon ahead of the
+ * attach that normally follows (its event loop and the vCPU it runs on are warm then). */
 volatile bool report_program_loads = true;
 
 static __always_inline bool is_device_program_command(int cmd) {
@@ -219,6 +224,10 @@ static __always_inline int emit_device_program(struct task_struct *task, struct 
   return 0;
 }
 
+static __always_inline bool at_program_load_site(__u64 call_site) {
+  return program_load_site && call_site - program_load_site < GDW_SITE_SPAN;
+}
+
 static __always_inline bool at_effective_progs_site(__u64 call_site) {
   _Pragma("unroll") for (int i = 0; i < GDW_EFFECTIVE_PROGS_SITES; i++) {
     __u64 site = effective_progs_sites[i];
@@ -283,6 +292,17 @@ static __always_inline int emit_device_program_load(struct pt_regs *regs) {
   fill_process(&e->caller);
   bpf_ringbuf_submit(e, 0);
   return 0;
+}
+
+/* A load seen where it allocates its program (the kmalloc attach hook's load site), only
+ * from where the attach that follows is answered at once: inside a watched cgroup (a
+ * tenant attaching to its own) or the init process (systemd re-applying a scope). A
+ * runtime's is not: its attach is waited on until it exits anyway. Nor anyone else's,
+ * which would only wake the daemon for nothing. */
+static __always_inline int emit_device_program_load_ahead(struct pt_regs *regs) {
+  __u64 cgroup_id = bpf_get_current_cgroup_id();
+  if ((bpf_get_current_pid_tgid() >> 32) != 1 && !bpf_map_lookup_elem(&program_cgroups, &cgroup_id)) return 0;
+  return emit_device_program_load(regs);
 }
 
 #endif /* GDW_DEVWATCH_DEVICE_PROGRAMS_BPF_H */

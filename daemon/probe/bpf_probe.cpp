@@ -163,7 +163,7 @@ Status BpfProbe::use_attach_hook(AttachHookKind kind) {
     return set_capability_hook(true);
   }
   if (!attach_kind(kind)) return Error{std::string(hook_point(kind)) + ": " + refusal_of(refusals_, kind)};
-  skeleton_->data->report_program_loads = false;
+  skeleton_->data->report_program_loads = kind == AttachHookKind::kKmalloc;  // as focus() leaves it
   return set_capability_hook(false);
 }
 
@@ -196,7 +196,8 @@ Status BpfProbe::focus(DevicePolicyForm form) {
   Status capability = capability_wanted ? set_capability_hook(true) : Status{};
   // Where the capability hook does not exist, rule writes on the write path (cgroup v1).
   Status write_path = set_write_hook(form != DevicePolicyForm::kPrograms);
-  skeleton_->data->report_program_loads = form != DevicePolicyForm::kRuleFiles && !attaches_seen;
+  // With the attach hook, only its kmalloc kind reports loads (program_loads_ahead()).
+  skeleton_->data->report_program_loads = form != DevicePolicyForm::kRuleFiles;
   if (!attach_wanted) detach_attach_hook();
   if (!capability_wanted) (void)set_capability_hook(false);
   return capability ? write_path : capability;

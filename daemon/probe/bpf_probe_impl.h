@@ -61,6 +61,10 @@ class BpfProbe final : public Probe {
   bool rule_writes_need_syscall_hook() const override { return rule_writes_need_hook_; }
   bool attach_hook() const override { return attach_hook_kind_.has_value(); }
   std::optional<AttachHookKind> attach_hook_kind() const override { return attach_hook_kind_; }
+  bool program_loads_ahead() const override {
+    return attach_hook_kind_ == AttachHookKind::kKmalloc && skeleton_->bss->program_load_site != 0 &&
+           skeleton_->data->report_program_loads;
+  }
   AttachHookChoice attach_hook_choice() const override;
   Status use_attach_hook(AttachHookKind kind) override;
   Status focus(DevicePolicyForm form) override;

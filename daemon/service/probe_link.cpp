@@ -74,6 +74,7 @@ void ProbeLink::focus() {
               (hook.chosen == AttachHookKind::kLsm
                    ? "at their bpf() call, and looked at again 1 ms to 1 s after"
                    : "as the kernel installs them") +
+              (probe_->program_loads_ahead() ? "; a device program load wakes the loop ahead of its attach" : "") +
               "; capability hook off";
   } else if (programs && !probe_->capability_hook()) {
     seen_by = "no attach hook (" + hook.describe() +
@@ -248,8 +249,10 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
         } else if constexpr (std::is_same_v<T, RuleWriteResultEvent>) {
           attribution_.rule_write_result(e);
         } else if constexpr (std::is_same_v<T, DeviceProgramLoadEvent>) {
-          // With the syscall hook attached the attach itself is reported (below).
-          if (policy_in_programs && !probe_->syscall_hook_attached() && attribution_.program_load(e))
+          // With the attach hook or the syscall hook attached the attach itself is
+          // reported (below): the load only woke the loop ahead of it, which was its use.
+          if (policy_in_programs && !probe_->attach_hook() && !probe_->syscall_hook_attached() &&
+              attribution_.program_load(e))
             batch.program_loaded = true;
         } else if constexpr (std::is_same_v<T, DeniedOpenEvent>) {
           on_denied_open(e);

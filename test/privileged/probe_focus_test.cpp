@@ -9,10 +9,12 @@
 #include <linux/bpf.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -183,6 +185,58 @@ TEST_F(ProbeFocusTest, FocusedAgainTheHooksComeBack) {
   EXPECT_TRUE(probe_->capability_hook());
   EXPECT_TRUE(probe_->attach_hook());
   EXPECT_GE(runs_during("gdw_cap_check", [] { map_private_pages(200); }), 200u);
+}
+
+// A child in `cgroup_dir` loads an allow-all device program and, 20 ms later, attaches it
+// there, as a tenant re-applying its own cgroup's policy would; its pid (-1: not run).
+pid_t load_then_attach_from(const std::string& cgroup_dir) {
+  const pid_t child = ::fork();
+  if (child != 0) {
+    int status = 0;
+    if (child < 0 || ::waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      return -1;
+    return child;
+  }
+  const int procs = ::open((cgroup_dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  if (procs < 0 || ::write(procs, "0", 1) != 1) ::_exit(1);
+  const auto prog = allow_all_program();
+  if (prog.fd < 0) ::_exit(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ::_exit(prog.attach(cgroup_dir) == 0 ? 0 : 3);
+}
+
+// The kmalloc kind of the attach hook also reports device program loads where the kernel
+// allocates the new program, before the verifier runs: from inside a watched cgroup only
+// (a tenant's own re-apply; systemd is the init process, also reported). The daemon wakes
+// at the load, and the attach that follows finds it awake or just asleep.
+TEST_F(ProbeFocusTest, OnACgroupV2NodeATenantsLoadIsSeenAheadOfItsAttach) {
+  ASSERT_TRUE(probe_->focus(DevicePolicyForm::kPrograms));
+  if (probe_->attach_hook_kind() != AttachHookKind::kKmalloc) {
+    if (auto used = probe_->use_attach_hook(AttachHookKind::kKmalloc); !used) {
+      std::printf("[ refused  ] the kmalloc attach hook on this kernel: %s\n", used.error().message.c_str());
+      return;
+    }
+  }
+  if (!probe_->program_loads_ahead()) {
+    std::printf("[ refused  ] no load site (bpf_prog_alloc_no_stats) in this kernel's symbols\n");
+    return;
+  }
+  EXPECT_FALSE(probe_->capability_hook()) << "loads seen without the capability hook's cost";
+  const pid_t tenant = load_then_attach_from(v2_dir_);
+  ASSERT_GT(tenant, 0) << "the child could not join, load or attach";
+  auto load = log_->wait_for<DeviceProgramLoadEvent>(
+      [&](const DeviceProgramLoadEvent& e) { return e.caller.pid == tenant; });
+  auto attach = log_->wait_for<DeviceProgramEvent>(
+      [&](const DeviceProgramEvent& e) { return e.caller.pid == tenant && e.target_cgroup_id == v2_id_; });
+  ASSERT_TRUE(load) << "the tenant's load was not reported";
+  ASSERT_TRUE(attach) << "the tenant's attach was not reported";
+  EXPECT_EQ(load->caller.cgroup_id, v2_id_);
+  EXPECT_LT(load->ktime_ns + 10'000'000, attach->ktime_ns) << "the load comes first, by the child's 20 ms";
+  // A load from anywhere else (this process: no watched cgroup) would wake the daemon for
+  // nothing: not reported.
+  ASSERT_GE(allow_all_program().fd, 0);
+  EXPECT_FALSE(log_->wait_for<DeviceProgramLoadEvent>(
+      [](const DeviceProgramLoadEvent& e) { return e.caller.pid == ::getpid(); }, std::chrono::milliseconds(300)));
 }
 
 // A kernel that refuses the attach hook (or probe.attach_hook: false): on a v2 node the
