@@ -196,8 +196,12 @@ Status BpfProbe::focus(DevicePolicyForm form) {
   Status capability = capability_wanted ? set_capability_hook(true) : Status{};
   // Where the capability hook does not exist, rule writes on the write path (cgroup v1).
   Status write_path = set_write_hook(form != DevicePolicyForm::kPrograms);
-  // With the attach hook, only its kmalloc kind reports loads (program_loads_ahead()).
-  skeleton_->data->report_program_loads = form != DevicePolicyForm::kRuleFiles;
+  // With the attach hook, loads are reported only once focused on programs, and only at
+  // its kmalloc kind's load site (program_loads_ahead()): as loaded (kUnknown) the
+  // capability hook would report every load on the node, for nothing.
+  skeleton_->data->report_program_loads =
+      form != DevicePolicyForm::kRuleFiles &&
+      (!attaches_seen || (form == DevicePolicyForm::kPrograms && attach_hook_kind_ == AttachHookKind::kKmalloc));
   if (!attach_wanted) detach_attach_hook();
   if (!capability_wanted) (void)set_capability_hook(false);
   return capability ? write_path : capability;
