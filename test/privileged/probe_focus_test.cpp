@@ -9,12 +9,10 @@
 #include <linux/bpf.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <thread>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -24,6 +22,7 @@
 
 #include "probe/probe.h"
 #include "support/cgroup_sandbox.h"
+#include "support/device_program_tools.h"
 #include "support/foreign_device_program.h"
 #include "support/probe_event_log.h"
 #include "support/probe_fixture.h"
@@ -66,11 +65,11 @@ void read_proc_stat(int times) {
   for (int i = 0; i < times; ++i) (void)test::read_file("/proc/self/stat");
 }
 
+const std::vector<OciDeviceCgroupRule> kAllowAll = {
+    {true, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}}};
+
 // A device program that allows everything, as a runtime would load it.
-test::ForeignProgram allow_all_program() {
-  return test::ForeignProgram("gdw_focus_allow",
-                              {{true, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}}});
-}
+test::ForeignProgram allow_all_program() { return test::ForeignProgram("gdw_focus_allow", kAllowAll); }
 
 class ProbeFocusTest : public ::testing::Test {
  protected:
@@ -187,24 +186,6 @@ TEST_F(ProbeFocusTest, FocusedAgainTheHooksComeBack) {
   EXPECT_GE(runs_during("gdw_cap_check", [] { map_private_pages(200); }), 200u);
 }
 
-// A child in `cgroup_dir` loads an allow-all device program and, 20 ms later, attaches it
-// there, as a tenant re-applying its own cgroup's policy would; its pid (-1: not run).
-pid_t load_then_attach_from(const std::string& cgroup_dir) {
-  const pid_t child = ::fork();
-  if (child != 0) {
-    int status = 0;
-    if (child < 0 || ::waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      return -1;
-    return child;
-  }
-  const int procs = ::open((cgroup_dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
-  if (procs < 0 || ::write(procs, "0", 1) != 1) ::_exit(1);
-  const auto prog = allow_all_program();
-  if (prog.fd < 0) ::_exit(2);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ::_exit(prog.attach(cgroup_dir) == 0 ? 0 : 3);
-}
-
 // The kmalloc kind of the attach hook also reports device program loads where the kernel
 // allocates the new program, before the verifier runs: from inside a watched cgroup only
 // (a tenant's own re-apply; systemd is the init process, also reported). The daemon wakes
@@ -222,12 +203,14 @@ TEST_F(ProbeFocusTest, OnACgroupV2NodeATenantsLoadIsSeenAheadOfItsAttach) {
     return;
   }
   EXPECT_FALSE(probe_->capability_hook()) << "loads seen without the capability hook's cost";
-  const pid_t tenant = load_then_attach_from(v2_dir_);
-  ASSERT_GT(tenant, 0) << "the child could not join, load or attach";
+  // A tenant re-applying its own cgroup: loads, 20 ms later attaches.
+  ASSERT_EQ(test::attach_as("gdw-tenant", v2_dir_, kAllowAll, {.from_inside = true, .after_load = std::chrono::milliseconds(20)}),
+            0)
+      << "the child could not join, load or attach";
   auto load = log_->wait_for<DeviceProgramLoadEvent>(
-      [&](const DeviceProgramLoadEvent& e) { return e.caller.pid == tenant; });
+      [&](const DeviceProgramLoadEvent& e) { return e.caller.comm == "gdw-tenant"; });
   auto attach = log_->wait_for<DeviceProgramEvent>(
-      [&](const DeviceProgramEvent& e) { return e.caller.pid == tenant && e.target_cgroup_id == v2_id_; });
+      [&](const DeviceProgramEvent& e) { return e.caller.comm == "gdw-tenant" && e.target_cgroup_id == v2_id_; });
   ASSERT_TRUE(load) << "the tenant's load was not reported";
   ASSERT_TRUE(attach) << "the tenant's attach was not reported";
   EXPECT_EQ(load->caller.cgroup_id, v2_id_);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 #include <filesystem>
 
 #include "support/foreign_device_program.h"
@@ -184,9 +185,13 @@ std::set<std::uint32_t> attached_program_ids_below(const std::string& cgroup2_ro
   return ids;
 }
 
-int attach_as(const char* comm, const std::string& cgroup_dir, const std::vector<OciDeviceCgroupRule>& rules) {
+int attach_as(const char* comm, const std::string& cgroup_dir, const std::vector<OciDeviceCgroupRule>& rules,
+              AttachAs how) {
   // Everything the child needs is made here: between fork and _exit only system calls.
   const auto insns = assemble_device_filter(rules);
+  const std::string procs = cgroup_dir + "/cgroup.procs";
+  const auto pause_s = std::chrono::duration_cast<std::chrono::seconds>(how.after_load);
+  const struct timespec pause{pause_s.count(), std::chrono::nanoseconds(how.after_load - pause_s).count()};
   static const char kLicense[] = "GPL";
   union bpf_attr load{};
   load.prog_type = BPF_PROG_TYPE_CGROUP_DEVICE;
@@ -198,8 +203,13 @@ int attach_as(const char* comm, const std::string& cgroup_dir, const std::vector
   if (pid < 0) return -1;
   if (pid == 0) {
     ::prctl(PR_SET_NAME, comm);
+    if (how.from_inside) {
+      const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, "0", 1) != 1) _exit(errno & 0xff);
+    }
     const int prog = static_cast<int>(::syscall(SYS_bpf, BPF_PROG_LOAD, &load, sizeof load));
     if (prog < 0) _exit(errno & 0xff);
+    if (how.after_load.count() > 0) ::nanosleep(&pause, nullptr);
     const int cg = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (cg < 0) _exit(errno & 0xff);
     union bpf_attr attach{};

@@ -15,6 +15,7 @@
 #include <linux/bpf.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -64,10 +65,16 @@ std::set<std::uint32_t> loaded_program_ids(bpf_prog_type type);
 // (/sys/fs/cgroup/unified), the root included.
 std::set<std::uint32_t> attached_program_ids_below(const std::string& cgroup2_root);
 
+// How attach_as()'s child attaches: by default from this process's cgroup, at once.
+struct AttachAs {
+  bool from_inside = false;  // the child joins `cgroup_dir` first (a tenant re-applying its own)
+  std::chrono::milliseconds after_load{0};  // the child's pause between its load and its attach
+};
 // From a child process that names itself `comm` (prctl PR_SET_NAME, as a runtime binary of
 // that name would be seen), loads `rules` as a program and attaches it to `cgroup_dir`
 // (BPF_F_ALLOW_MULTI). Returns 0, the errno of the step that failed, or -1.
-int attach_as(const char* comm, const std::string& cgroup_dir, const std::vector<OciDeviceCgroupRule>& rules);
+int attach_as(const char* comm, const std::string& cgroup_dir, const std::vector<OciDeviceCgroupRule>& rules,
+              AttachAs how = {});
 // The same for cgroup v1: the child writes `rule` to <cgroup_dir>/devices.deny.
 int deny_as(const char* comm, const std::string& cgroup_dir, const std::string& rule);
 
