@@ -189,20 +189,45 @@ int BPF_PROG(gdw_effective_progs, unsigned long call_site, const void *ptr, size
  *    not made yet: GDW_EVENT_DEVICE_PROGRAM_AHEAD.
  *  - fexit on cgroup_bpf_prog_attach / cgroup_bpf_link_attach: only cgroup attaches, after
  *    the kernel installed them (a failed one is not reported), where BPF trampolines are
- *    allowed.
+ *    allowed; with an fentry program on bpf_prog_alloc for the loads.
  *  - tp_btf/kmalloc (above): every kmalloc of the node, filtered on its call site. */
-static __always_inline bool attach_seen_by_someone_else(struct task_struct *task) {
+static __always_inline bool called_by_someone_else(struct task_struct *task) {
   if (ignored_writer_tgid && (bpf_get_current_pid_tgid() >> 32) == ignored_writer_tgid) return false;
   return !(task->flags & (PF_KTHREAD | PF_IO_WORKER));
 }
 
+/* Each kind also reports a device program load by a tenant or systemd ahead of its attach
+ * (emit_device_program_load_ahead), from the bpf() call's registers: lsm/bpf at the load's
+ * start, the fexit kind with an fentry program where the load allocates its program, the
+ * kmalloc kind at that allocation's kmalloc. */
+static __always_inline int emit_load_ahead_of(struct task_struct *task) {
+  struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+  if (!regs || SYSCALL_NR(regs) != NR_bpf || in_compat_syscall(task)) return 0;
+  return emit_device_program_load_ahead(regs);
+}
+
 SEC("lsm/bpf")
 int BPF_PROG(gdw_lsm_bpf, int cmd, union bpf_attr *attr) {
-  if (cmd != BPF_PROG_ATTACH && cmd != BPF_LINK_CREATE) return 0;
+  if (cmd != BPF_PROG_ATTACH && cmd != BPF_LINK_CREATE && cmd != BPF_PROG_LOAD) return 0;
   struct task_struct *task = bpf_get_current_task_btf();
-  if (!attach_seen_by_someone_else(task) || in_compat_syscall(task)) return 0;
+  if (!called_by_someone_else(task) || in_compat_syscall(task)) return 0;
+  if (cmd == BPF_PROG_LOAD) {
+    if (report_program_loads) emit_load_ahead_of(task);
+    return 0;
+  }
   emit_device_program_attach_seen(task, cmd, attr, -1, GDW_EVENT_DEVICE_PROGRAM_AHEAD);
   return 0; /* an LSM program's return is a verdict: never refuse */
+}
+
+/* bpf_prog_alloc, not bpf_prog_alloc_no_stats: called from syscall.c, another unit, it is
+ * never inlined into the load. Classic BPF (socket filters, seccomp) allocates here too,
+ * outside bpf(): left at the syscall number. */
+SEC("fentry/bpf_prog_alloc")
+int BPF_PROG(gdw_fentry_prog_load, unsigned int size, gfp_t gfp_extra_flags) {
+  if (!report_program_loads) return 0;
+  struct task_struct *task = bpf_get_current_task_btf();
+  if (!called_by_someone_else(task)) return 0;
+  return emit_load_ahead_of(task);
 }
 
 SEC("fexit/cgroup_bpf_prog_attach")
@@ -210,7 +235,7 @@ int BPF_PROG(gdw_fexit_prog_attach, const union bpf_attr *attr, enum bpf_prog_ty
              int ret) {
   if (ret != 0) return 0;
   struct task_struct *task = bpf_get_current_task_btf();
-  if (!attach_seen_by_someone_else(task)) return 0;
+  if (!called_by_someone_else(task)) return 0;
   return emit_device_program_attach_seen(task, BPF_PROG_ATTACH, attr, 0, GDW_EVENT_DEVICE_PROGRAM_ATTACHING);
 }
 
@@ -218,7 +243,7 @@ SEC("fexit/cgroup_bpf_link_attach")
 int BPF_PROG(gdw_fexit_link_attach, const union bpf_attr *attr, struct bpf_prog *prog, int ret) {
   if (ret < 0) return 0;
   struct task_struct *task = bpf_get_current_task_btf();
-  if (!attach_seen_by_someone_else(task)) return 0;
+  if (!called_by_someone_else(task)) return 0;
   return emit_device_program_attach_seen(task, BPF_LINK_CREATE, attr, ret, GDW_EVENT_DEVICE_PROGRAM_ATTACHING);
 }
 

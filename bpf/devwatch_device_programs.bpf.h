@@ -2,8 +2,8 @@
  * to watched cgroups seen inside the kernel while it installs them (the attach hook, at the
  * allocation of the cgroup's new effective program array), attach / detach / replace of
  * programs and links seen at bpf() exit (the syscall hook), and loads of such programs
- * seen at their CAP_BPF check (where the attach hook cannot be used). The entry points
- * that call these are in devwatch.bpf.c.
+ * seen at their CAP_BPF check (where the attach hook cannot be used) or by the attach
+ * hook ahead of the attach. The entry points that call these are in devwatch.bpf.c.
  */
 #ifndef GDW_DEVWATCH_DEVICE_PROGRAMS_BPF_H
 #define GDW_DEVWATCH_DEVICE_PROGRAMS_BPF_H
@@ -107,8 +107,9 @@ __u64 effective_progs_sites[GDW_EFFECTIVE_PROGS_SITES];
  * program load there, before the verifier runs (emit_device_program_load_ahead). */
 __u64 program_load_site;
 /* Written by user space: device program loads are reported. Without the attach hook they
- * stand for the attaches it would report; with it, they wake the daemon ahead of the
- * attach that normally follows (its event loop and the vCPU it runs on are warm then). */
+ * stand for the attaches it would report; with it (each kind has a load point), they wake
+ * the daemon ahead of the attach that normally follows (its event loop and the vCPU it
+ * runs on are warm then). */
 volatile bool report_program_loads = true;
 
 static __always_inline bool is_device_program_command(int cmd) {
@@ -294,8 +295,9 @@ static __always_inline int emit_device_program_load(struct pt_regs *regs) {
   return 0;
 }
 
-/* A load seen where it allocates its program (the kmalloc attach hook's load site), only
- * from where the attach that follows is answered at once: inside a watched cgroup (a
+/* A load seen by the attach hook (lsm/bpf at its start; fentry on, or the kmalloc at,
+ * the allocation of its program), only from where the attach that follows is answered
+ * at once: inside a watched cgroup (a
  * tenant attaching to its own) or the init process (systemd re-applying a scope). A
  * runtime's is not: its attach is waited on until it exits anyway. Nor anyone else's,
  * which would only wake the daemon for nothing. */

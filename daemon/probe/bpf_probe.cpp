@@ -46,14 +46,17 @@ bool attached_apart(const devwatch* skeleton, const bpf_program* program) {
   return program == skeleton->progs.gdw_sys_exit || program == skeleton->progs.gdw_effective_progs ||
          program == skeleton->progs.gdw_lookup_symbols || program == skeleton->progs.gdw_cap_check ||
          program == skeleton->progs.gdw_lsm_bpf || program == skeleton->progs.gdw_fexit_prog_attach ||
-         program == skeleton->progs.gdw_fexit_link_attach || program == skeleton->progs.gdw_fexit_rule_write;
+         program == skeleton->progs.gdw_fexit_link_attach || program == skeleton->progs.gdw_fentry_prog_load ||
+         program == skeleton->progs.gdw_fexit_rule_write;
 }
 
 // The programs of an attach hook's kind (gdw_lookup_symbols goes with kmalloc, run once).
 std::vector<bpf_program*> programs_of(const devwatch* skeleton, AttachHookKind kind) {
   switch (kind) {
     case AttachHookKind::kLsm: return {skeleton->progs.gdw_lsm_bpf};
-    case AttachHookKind::kFexit: return {skeleton->progs.gdw_fexit_prog_attach, skeleton->progs.gdw_fexit_link_attach};
+    case AttachHookKind::kFexit:
+      return {skeleton->progs.gdw_fexit_prog_attach, skeleton->progs.gdw_fexit_link_attach,
+              skeleton->progs.gdw_fentry_prog_load};
     case AttachHookKind::kKmalloc: return {skeleton->progs.gdw_effective_progs, skeleton->progs.gdw_lookup_symbols};
     case AttachHookKind::kCapability: return {};
   }
@@ -163,7 +166,7 @@ Status BpfProbe::use_attach_hook(AttachHookKind kind) {
     return set_capability_hook(true);
   }
   if (!attach_kind(kind)) return Error{std::string(hook_point(kind)) + ": " + refusal_of(refusals_, kind)};
-  skeleton_->data->report_program_loads = kind == AttachHookKind::kKmalloc;  // as focus() leaves it
+  skeleton_->data->report_program_loads = true;  // as focus() leaves it on programs
   return set_capability_hook(false);
 }
 
@@ -196,12 +199,11 @@ Status BpfProbe::focus(DevicePolicyForm form) {
   Status capability = capability_wanted ? set_capability_hook(true) : Status{};
   // Where the capability hook does not exist, rule writes on the write path (cgroup v1).
   Status write_path = set_write_hook(form != DevicePolicyForm::kPrograms);
-  // With the attach hook, loads are reported only once focused on programs, and only at
-  // its kmalloc kind's load site (program_loads_ahead()): as loaded (kUnknown) the
-  // capability hook would report every load on the node, for nothing.
+  // With the attach hook, loads are reported only once focused on programs, at its own
+  // load point (program_loads_ahead()): as loaded (kUnknown) the capability hook would
+  // report every load on the node, for nothing.
   skeleton_->data->report_program_loads =
-      form != DevicePolicyForm::kRuleFiles &&
-      (!attaches_seen || (form == DevicePolicyForm::kPrograms && attach_hook_kind_ == AttachHookKind::kKmalloc));
+      form != DevicePolicyForm::kRuleFiles && (!attaches_seen || form == DevicePolicyForm::kPrograms);
   if (!attach_wanted) detach_attach_hook();
   if (!capability_wanted) (void)set_capability_hook(false);
   return capability ? write_path : capability;

@@ -62,8 +62,9 @@ class BpfProbe final : public Probe {
   bool attach_hook() const override { return attach_hook_kind_.has_value(); }
   std::optional<AttachHookKind> attach_hook_kind() const override { return attach_hook_kind_; }
   bool program_loads_ahead() const override {
-    return attach_hook_kind_ == AttachHookKind::kKmalloc && skeleton_->bss->program_load_site != 0 &&
-           skeleton_->data->report_program_loads;
+    // The kmalloc kind's load point is a call site found in the kernel's symbols.
+    const bool load_point = attach_hook_kind_ != AttachHookKind::kKmalloc || skeleton_->bss->program_load_site != 0;
+    return attach_hook_kind_ && load_point && skeleton_->data->report_program_loads;
   }
   AttachHookChoice attach_hook_choice() const override;
   Status use_attach_hook(AttachHookKind kind) override;

@@ -189,10 +189,12 @@ class Probe {
   virtual bool attach_hook() const = 0;
   virtual std::optional<AttachHookKind> attach_hook_kind() const = 0;
   virtual AttachHookChoice attach_hook_choice() const = 0;
-  // Whether device program loads are reported while the attach hook is attached (its
-  // kmalloc kind, where the kernel's symbols name the load's allocation; loads from inside
-  // a watched program cgroup and by the init process): a heads-up that wakes the reader
-  // while the verifier runs, before the attach that normally follows.
+  // Whether device program loads are reported while the attach hook is attached (once
+  // focused on programs; every kind has a load point: lsm/bpf at the load's start, fexit
+  // with an fentry on bpf_prog_alloc, kmalloc where the kernel's symbols name the load's
+  // allocation; loads from inside a watched program cgroup and by the init process): a
+  // heads-up that wakes the reader while the verifier runs, before the attach that
+  // normally follows.
   virtual bool program_loads_ahead() const = 0;
   // Benches and tests: attaches that kind of the attach hook instead of the one chosen
   // (kCapability: none, the capability hook instead), where it was loaded.

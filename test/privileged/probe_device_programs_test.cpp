@@ -32,6 +32,7 @@
 
 #include "probe/probe.h"
 #include "support/cgroup_sandbox.h"
+#include "support/device_program_tools.h"
 #include "support/probe_event_log.h"
 #include "probe/attach_hooks.h"
 #include "support/probe_fixture.h"
@@ -355,6 +356,50 @@ TEST_P(ProbeAttachHookTest, ALinkToAWatchedCgroupIsReportedToo) {
   ASSERT_TRUE(created);
   EXPECT_EQ(created->prog_id, prog_id(first_prog_));
   ::close(link);
+}
+
+// Focused on programs, each kind also reports a device program load ahead of its attach
+// (lsm/bpf at the load's start, fexit with an fentry on the program's allocation, kmalloc
+// at that allocation), from inside a watched cgroup only (a tenant's own re-apply; systemd
+// is the init process, also reported). The daemon wakes at the load, and the attach that
+// follows finds it awake or just asleep.
+TEST_P(ProbeAttachHookTest, FocusedOnProgramsATenantsLoadIsReportedAheadOfItsAttach) {
+  if (refused_here_) return;
+  ASSERT_TRUE(probe_->focus(DevicePolicyForm::kPrograms));
+  ASSERT_EQ(probe_->attach_hook_kind(), std::optional(GetParam()));
+  if (!probe_->program_loads_ahead()) {
+    ASSERT_EQ(GetParam(), AttachHookKind::kKmalloc) << "lsm and fexit need no symbol for their load point";
+    std::printf("[ refused  ] no load site (bpf_prog_alloc_no_stats) in this kernel's symbols\n");
+    return;
+  }
+  EXPECT_FALSE(probe_->capability_hook()) << "loads seen without the capability hook's cost";
+  const std::vector<OciDeviceCgroupRule> allow_all = {
+      {true, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}}};
+  // A tenant re-applying its own cgroup: loads, 20 ms later attaches.
+  ASSERT_EQ(test::attach_as("gdw-tenant", cgroup_dir_, allow_all,
+                            {.from_inside = true, .after_load = std::chrono::milliseconds(20)}),
+            0)
+      << "the child could not join, load or attach";
+  auto load = log_->wait_for<DeviceProgramLoadEvent>(
+      [&](const DeviceProgramLoadEvent& e) { return e.caller.comm == "gdw-tenant"; });
+  auto attach = log_->wait_for<DeviceProgramEvent>(
+      [&](const DeviceProgramEvent& e) { return e.caller.comm == "gdw-tenant" && e.target_cgroup_id == cgroup_id_; });
+  ASSERT_TRUE(load) << "the tenant's load was not reported";
+  ASSERT_TRUE(attach) << "the tenant's attach was not reported";
+  EXPECT_EQ(load->caller.cgroup_id, cgroup_id_);
+  EXPECT_LT(load->ktime_ns + 10'000'000, attach->ktime_ns) << "the load comes first, by the child's 20 ms";
+  EXPECT_EQ(log_->all<DeviceProgramLoadEvent>([](const DeviceProgramLoadEvent& e) {
+              return e.caller.comm == "gdw-tenant";
+            }).size(),
+            1u)
+      << "one load, one record";
+  // A load from anywhere else (this process: no watched cgroup) would wake the daemon for
+  // nothing: not reported.
+  int loaded = load_allow_all_device_program();
+  ASSERT_GE(loaded, 0);
+  EXPECT_FALSE(log_->wait_for<DeviceProgramLoadEvent>(
+      [](const DeviceProgramLoadEvent& e) { return e.caller.pid == ::getpid(); }, std::chrono::milliseconds(300)));
+  ::close(loaded);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, ProbeAttachHookTest,

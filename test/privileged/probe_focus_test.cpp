@@ -22,7 +22,6 @@
 
 #include "probe/probe.h"
 #include "support/cgroup_sandbox.h"
-#include "support/device_program_tools.h"
 #include "support/foreign_device_program.h"
 #include "support/probe_event_log.h"
 #include "support/probe_fixture.h"
@@ -186,41 +185,8 @@ TEST_F(ProbeFocusTest, FocusedAgainTheHooksComeBack) {
   EXPECT_GE(runs_during("gdw_cap_check", [] { map_private_pages(200); }), 200u);
 }
 
-// The kmalloc kind of the attach hook also reports device program loads where the kernel
-// allocates the new program, before the verifier runs: from inside a watched cgroup only
-// (a tenant's own re-apply; systemd is the init process, also reported). The daemon wakes
-// at the load, and the attach that follows finds it awake or just asleep.
-TEST_F(ProbeFocusTest, OnACgroupV2NodeATenantsLoadIsSeenAheadOfItsAttach) {
-  ASSERT_TRUE(probe_->focus(DevicePolicyForm::kPrograms));
-  if (probe_->attach_hook_kind() != AttachHookKind::kKmalloc) {
-    if (auto used = probe_->use_attach_hook(AttachHookKind::kKmalloc); !used) {
-      std::printf("[ refused  ] the kmalloc attach hook on this kernel: %s\n", used.error().message.c_str());
-      return;
-    }
-  }
-  if (!probe_->program_loads_ahead()) {
-    std::printf("[ refused  ] no load site (bpf_prog_alloc_no_stats) in this kernel's symbols\n");
-    return;
-  }
-  EXPECT_FALSE(probe_->capability_hook()) << "loads seen without the capability hook's cost";
-  // A tenant re-applying its own cgroup: loads, 20 ms later attaches.
-  ASSERT_EQ(test::attach_as("gdw-tenant", v2_dir_, kAllowAll, {.from_inside = true, .after_load = std::chrono::milliseconds(20)}),
-            0)
-      << "the child could not join, load or attach";
-  auto load = log_->wait_for<DeviceProgramLoadEvent>(
-      [&](const DeviceProgramLoadEvent& e) { return e.caller.comm == "gdw-tenant"; });
-  auto attach = log_->wait_for<DeviceProgramEvent>(
-      [&](const DeviceProgramEvent& e) { return e.caller.comm == "gdw-tenant" && e.target_cgroup_id == v2_id_; });
-  ASSERT_TRUE(load) << "the tenant's load was not reported";
-  ASSERT_TRUE(attach) << "the tenant's attach was not reported";
-  EXPECT_EQ(load->caller.cgroup_id, v2_id_);
-  EXPECT_LT(load->ktime_ns + 10'000'000, attach->ktime_ns) << "the load comes first, by the child's 20 ms";
-  // A load from anywhere else (this process: no watched cgroup) would wake the daemon for
-  // nothing: not reported.
-  ASSERT_GE(allow_all_program().fd, 0);
-  EXPECT_FALSE(log_->wait_for<DeviceProgramLoadEvent>(
-      [](const DeviceProgramLoadEvent& e) { return e.caller.pid == ::getpid(); }, std::chrono::milliseconds(300)));
-}
+// Focused on programs, the attach hook's load point (a tenant's load ahead of its attach):
+// privileged_probe_device_programs_test, for each kind.
 
 // A kernel that refuses the attach hook (or probe.attach_hook: false): on a v2 node the
 // capability hook stays, for the program loads that are then what is seen.
