@@ -148,7 +148,7 @@ int BPF_PROG(gdw_cap_check, const struct cred *cred, struct user_namespace *targ
    * daemon re-read every GPU container's programs (v2), which a process without CAP_BPF
    * could otherwise trigger in a loop. bpf_token_capable() falls back from CAP_BPF to
    * CAP_SYS_ADMIN, so either can be the check that lets a load through. */
-  if (nr == NR_bpf && ret == 0 && !in_compat_syscall(task)) return emit_device_program_load(regs);
+  if (nr == NR_bpf && ret == 0 && !in_compat_syscall(task)) emit_device_program_load(regs);
   return 0;
 }
 

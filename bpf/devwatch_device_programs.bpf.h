@@ -271,8 +271,8 @@ static __always_inline int emit_device_program_attach_seen(struct task_struct *t
 }
 
 /* A bpf(BPF_PROG_LOAD) of a cgroup device program, seen at a capability check that passed
- * (gdw_cap_check). */
-static __always_inline int emit_device_program_load(struct pt_regs *regs) {
+ * (gdw_cap_check) or by the attach hook; the record's time when reported, else 0. */
+static __always_inline __u64 emit_device_program_load(struct pt_regs *regs) {
   if (!report_program_loads || (int)PT_REGS_PARM1_SYSCALL(regs) != BPF_PROG_LOAD) return 0;
   __u32 prog_type = 0; /* union bpf_attr's first member for BPF_PROG_LOAD */
   if (bpf_probe_read_user(&prog_type, sizeof(prog_type), (void *)PT_REGS_PARM2_SYSCALL(regs)) != 0) return 0;
@@ -291,20 +291,31 @@ static __always_inline int emit_device_program_load(struct pt_regs *regs) {
   e->header.reserved = 0;
   e->header.ktime_ns = bpf_ktime_get_ns();
   fill_process(&e->caller);
+  const __u64 reported = e->header.ktime_ns;
   bpf_ringbuf_submit(e, 0);
-  return 0;
+  return reported;
 }
+
+/* A load reported ahead only wakes the daemon, so one such wake an interval is enough,
+ * whoever loads: a tenant with CAP_BPF loading in a loop (from many threads, or attrs,
+ * which the per-thread window above does not catch) wakes it 1000 times a second at
+ * most, and a systemd reload's burst of loads once. The attaches are reported all the
+ * same. Shared by every CPU without a lock: two CPUs may both report once. */
+#define LOAD_AHEAD_INTERVAL_NS (1000 * 1000ULL)
+__u64 load_ahead_reported_ns;
 
 /* A load seen by the attach hook (lsm/bpf at its start; fentry on, or the kmalloc at,
  * the allocation of its program), only from where the attach that follows is answered
- * at once: inside a watched cgroup (a
- * tenant attaching to its own) or the init process (systemd re-applying a scope). A
- * runtime's is not: its attach is waited on until it exits anyway. Nor anyone else's,
- * which would only wake the daemon for nothing. */
+ * at once: inside a watched cgroup (a tenant attaching to its own) or the init process
+ * (systemd re-applying a scope). A runtime's is not: its attach is waited on until it
+ * exits anyway. Nor anyone else's, which would only wake the daemon for nothing. */
 static __always_inline int emit_device_program_load_ahead(struct pt_regs *regs) {
   __u64 cgroup_id = bpf_get_current_cgroup_id();
   if ((bpf_get_current_pid_tgid() >> 32) != 1 && !bpf_map_lookup_elem(&program_cgroups, &cgroup_id)) return 0;
-  return emit_device_program_load(regs);
+  if (bpf_ktime_get_ns() - load_ahead_reported_ns < LOAD_AHEAD_INTERVAL_NS) return 0;
+  const __u64 reported = emit_device_program_load(regs); /* the interval runs from the record's time */
+  if (reported) load_ahead_reported_ns = reported;
+  return 0;
 }
 
 #endif /* GDW_DEVWATCH_DEVICE_PROGRAMS_BPF_H */

@@ -402,6 +402,33 @@ TEST_P(ProbeAttachHookTest, FocusedOnProgramsATenantsLoadIsReportedAheadOfItsAtt
   ::close(loaded);
 }
 
+// A tenant with CAP_BPF loading in a loop would wake the daemon at every load: the loads
+// reported ahead are 1 ms apart at least, whoever makes them, and the attach is reported.
+TEST_P(ProbeAttachHookTest, ATenantsLoadsInALoopWakeTheDaemonOnceAMillisecondAtMost) {
+  if (refused_here_) return;
+  ASSERT_TRUE(probe_->focus(DevicePolicyForm::kPrograms));
+  if (!probe_->program_loads_ahead()) {
+    ASSERT_EQ(GetParam(), AttachHookKind::kKmalloc) << "lsm and fexit need no symbol for their load point";
+    std::printf("[ refused  ] no load site (bpf_prog_alloc_no_stats) in this kernel's symbols\n");
+    return;
+  }
+  const std::vector<OciDeviceCgroupRule> allow_all = {
+      {true, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}}};
+  constexpr int kLoads = 300;
+  ASSERT_EQ(test::attach_as("gdw-tenant", cgroup_dir_, allow_all, {.from_inside = true, .extra_loads = kLoads}), 0)
+      << "the child could not join, load or attach";
+  ASSERT_TRUE(log_->wait_for<DeviceProgramEvent>(
+      [&](const DeviceProgramEvent& e) { return e.caller.comm == "gdw-tenant" && e.target_cgroup_id == cgroup_id_; }))
+      << "the tenant's attach was not reported";
+  const auto loads = log_->all<DeviceProgramLoadEvent>(
+      [](const DeviceProgramLoadEvent& e) { return e.caller.comm == "gdw-tenant"; });
+  ASSERT_GE(loads.size(), 1u) << "the first load wakes the daemon";
+  EXPECT_LT(loads.size(), static_cast<std::size_t>(kLoads)) << "every load woke it";
+  for (std::size_t i = 1; i < loads.size(); ++i)
+    EXPECT_GE(loads[i].ktime_ns - loads[i - 1].ktime_ns, 1'000'000u) << "reports " << i - 1 << " and " << i;
+  std::printf("%d loads, %zu reported\n", kLoads + 1, loads.size());
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, ProbeAttachHookTest,
                          ::testing::Values(AttachHookKind::kLsm, AttachHookKind::kFexit, AttachHookKind::kKmalloc),
                          [](const auto& info) { return std::string(to_string(info.param)); });

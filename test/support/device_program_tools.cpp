@@ -198,6 +198,7 @@ int attach_as(const char* comm, const std::string& cgroup_dir, const std::vector
   load.insn_cnt = static_cast<std::uint32_t>(insns.size());
   load.insns = reinterpret_cast<std::uintptr_t>(insns.data());
   load.license = reinterpret_cast<std::uintptr_t>(kLicense);
+  const union bpf_attr other_load = load;  // another address: not one attr loaded again
   const std::string dir = cgroup_dir;
   const pid_t pid = ::fork();
   if (pid < 0) return -1;
@@ -206,6 +207,12 @@ int attach_as(const char* comm, const std::string& cgroup_dir, const std::vector
     if (how.from_inside) {
       const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
       if (fd < 0 || ::write(fd, "0", 1) != 1) _exit(errno & 0xff);
+    }
+    for (int i = 0; i < how.extra_loads; ++i) {
+      const union bpf_attr* attr = i % 2 ? &other_load : &load;
+      const int extra = static_cast<int>(::syscall(SYS_bpf, BPF_PROG_LOAD, attr, sizeof *attr));
+      if (extra < 0) _exit(errno & 0xff);
+      ::close(extra);
     }
     const int prog = static_cast<int>(::syscall(SYS_bpf, BPF_PROG_LOAD, &load, sizeof load));
     if (prog < 0) _exit(errno & 0xff);

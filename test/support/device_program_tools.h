@@ -69,6 +69,9 @@ std::set<std::uint32_t> attached_program_ids_below(const std::string& cgroup2_ro
 struct AttachAs {
   bool from_inside = false;  // the child joins `cgroup_dir` first (a tenant re-applying its own)
   std::chrono::milliseconds after_load{0};  // the child's pause between its load and its attach
+  // Loads first, each program closed at once, from two attrs in turn, as a tenant flooding
+  // the probe with loads would (the probe's per-thread dedup of one attr does not catch it).
+  int extra_loads = 0;
 };
 // From a child process that names itself `comm` (prctl PR_SET_NAME, as a runtime binary of
 // that name would be seen), loads `rules` as a program and attaches it to `cgroup_dir`
