@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -62,12 +64,32 @@ class Repairer {
   std::unique_ptr<BackgroundProcess> process_;
 };
 
+// Pids of the gpu-devwatch processes running on this machine, by /proc/<pid>/comm.
+inline std::vector<pid_t> running_daemons() {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream comm(entry.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == "gpu-devwatch") pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
 class Daemon : public Repairer {
  public:
   Daemon(SandboxNode& node, std::string binary, std::string extra)
       : node_(node), binary_(std::move(binary)), extra_(std::move(extra)) {}
   const char* name() const override { return "gpu-devwatch"; }
   bool start() override {
+    // Another daemon's probe and repairs would skew every figure: one left running by an
+    // earlier bench whose --daemon-binary wrapper did not exec it (killed by its pid, the
+    // wrapper died and the daemon did not), or a node's own.
+    if (const auto others = running_daemons(); !others.empty())
+      throw std::runtime_error("another gpu-devwatch is running (pid " + std::to_string(others.front()) +
+                               "): its probe and repairs would skew the figures; stop it first");
     port_ = free_port();
     const std::string config = node_.write_config("metrics:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n" + extra_);
     process_ = std::make_unique<BackgroundProcess>(std::vector<std::string>{binary_, "run", "--config", config});
