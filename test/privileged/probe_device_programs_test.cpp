@@ -50,9 +50,6 @@ using test::ProbeTest;
 
 // ---- v2 device programs ---------------------------------------------------------------------
 
-const std::vector<OciDeviceCgroupRule> kAllowAll = {
-    {true, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}}};
-
 // A BPF_PROG_TYPE_CGROUP_DEVICE program that allows everything ("r0 = 1; exit").
 int load_allow_all_device_program() {
   const bpf_insn insns[] = {
@@ -383,7 +380,7 @@ TEST_P(ProbeAttachHookTest, FocusedOnProgramsATenantsLoadIsReportedAheadOfItsAtt
   if (!focused_with_loads_ahead()) return;
   EXPECT_FALSE(probe_->capability_hook()) << "loads seen without the capability hook's cost";
   // A tenant re-applying its own cgroup: loads, 20 ms later attaches.
-  ASSERT_EQ(test::attach_as("gdw-tenant", cgroup_dir_, kAllowAll,
+  ASSERT_EQ(test::attach_as("gdw-tenant", cgroup_dir_, test::kAllowAllRules,
                             {.from_inside = true, .after_load = std::chrono::milliseconds(20)}),
             0)
       << "the child could not join, load or attach";
@@ -415,7 +412,9 @@ TEST_P(ProbeAttachHookTest, ATenantsLoadsInALoopWakeTheDaemonOnceAMillisecondAtM
   if (refused_here_) return;
   if (!focused_with_loads_ahead()) return;
   constexpr int kLoads = 300;
-  ASSERT_EQ(test::attach_as("gdw-tenant", cgroup_dir_, kAllowAll, {.from_inside = true, .extra_loads = kLoads}), 0)
+  ASSERT_EQ(test::attach_as("gdw-tenant", cgroup_dir_, test::kAllowAllRules,
+                            {.from_inside = true, .extra_loads = kLoads}),
+            0)
       << "the child could not join, load or attach";
   ASSERT_TRUE(log_->wait_for<DeviceProgramEvent>(
       [&](const DeviceProgramEvent& e) { return e.caller.comm == "gdw-tenant" && e.target_cgroup_id == cgroup_id_; }))

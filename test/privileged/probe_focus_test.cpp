@@ -22,6 +22,7 @@
 
 #include "probe/probe.h"
 #include "support/cgroup_sandbox.h"
+#include "support/device_program_tools.h"
 #include "support/foreign_device_program.h"
 #include "support/probe_event_log.h"
 #include "support/probe_fixture.h"
@@ -64,11 +65,8 @@ void read_proc_stat(int times) {
   for (int i = 0; i < times; ++i) (void)test::read_file("/proc/self/stat");
 }
 
-const std::vector<OciDeviceCgroupRule> kAllowAll = {
-    {true, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}}};
-
 // A device program that allows everything, as a runtime would load it.
-test::ForeignProgram allow_all_program() { return test::ForeignProgram("gdw_focus_allow", kAllowAll); }
+test::ForeignProgram allow_all_program() { return test::ForeignProgram("gdw_focus_allow", test::kAllowAllRules); }
 
 class ProbeFocusTest : public ::testing::Test {
  protected:

@@ -65,6 +65,11 @@ std::set<std::uint32_t> loaded_program_ids(bpf_prog_type type);
 // (/sys/fs/cgroup/unified), the root included.
 std::set<std::uint32_t> attached_program_ids_below(const std::string& cgroup2_root);
 
+// A runtime's program that allows every device: a re-apply that revokes nothing, for tests
+// that only look at who loaded and attached it.
+inline const std::vector<OciDeviceCgroupRule> kAllowAllRules = {
+    {true, DeviceRule{DeviceType::kAll, kAnyNumber, kAnyNumber, kAccessAll}}};
+
 // How attach_as()'s child attaches: by default from this process's cgroup, at once.
 struct AttachAs {
   bool from_inside = false;  // the child joins `cgroup_dir` first (a tenant re-applying its own)
