@@ -159,7 +159,7 @@ static __always_inline void fill_process(struct gdw_process *p) {
   struct task_struct *task = (struct task_struct *)bpf_get_current_task();
   p->pid = pid_tgid >> 32;
   p->tid = (__u32)pid_tgid;
-  p->reserved = 0;
+  p->cpu = bpf_get_smp_processor_id();
   bpf_get_current_comm(p->comm, sizeof(p->comm));
   struct task_struct *parent = BPF_CORE_READ(task, real_parent);
   p->parent_pid = BPF_CORE_READ(parent, tgid);

@@ -74,7 +74,7 @@ struct gdw_process {
   __u32 pid; /* tgid */
   __u32 tid;
   __u32 parent_pid; /* real_parent's tgid */
-  __u32 reserved;
+  __u32 cpu;        /* the CPU it ran on as the record was made */
   __u64 cgroup_id;         /* cgroup v2 id (bpf_get_current_cgroup_id) */
   __u64 devices_cgroup_id; /* v1 devices cgroup id, 0 when unknown */
   __u64 start_time_ns;     /* the process's (group leader's) start, ns since boot: with pid, unique */

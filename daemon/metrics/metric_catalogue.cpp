@@ -131,6 +131,12 @@ const std::vector<MetricFamilySpec> kFamilies = {
      "cgroup v2: wrapper programs the daemon loaded, a verifier run each: while a repair waited "
      "(when=\"repair\"), or after a repair, ahead of the next ones (when=\"ahead\").",
      {"when"}, Series::kAtStart, {"repair", "ahead"}},
+    {Id::kLooksAhead, Type::kCounter, "gpu_devwatch_looks_ahead_total",
+     "cgroup v2, with the attach hook: device program loads by a process inside a GPU container, "
+     "which had the daemon look at that container before the attach that may follow (looked), or "
+     "not: the daemon ran on the loader's CPU (same_cpu), or had looked ahead less than 10 ms "
+     "before (interval).",
+     {"outcome"}, Series::kAtStart, {"looked", "same_cpu", "interval"}},
     {Id::kDeviceProgramStaleSwaps, Type::kCounter, "gpu_devwatch_device_program_stale_swaps_total",
      "cgroup v2 (Linux 6.17+): swaps and detaches of device programs the kernel refused because the "
      "cgroup's programs changed after the query they were decided on (ESTALE); each was decided again "

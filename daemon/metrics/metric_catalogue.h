@@ -26,7 +26,7 @@ enum class MetricId : std::uint8_t {
   kRuleWritersDegraded, kPodResourcesCalls, kPodResourcesUp,
   kPodResourcesLatency,
   kAllocationDisagreements, kAmbiguousPodIdentities, kIdentityConflicts, kCdiSpecErrors,
-  kCdiUnresolvedDevices, kDevicePrograms, kDeviceProgramsReplaced, kDeviceProgramsLoaded, kDeviceProgramStaleSwaps,
+  kCdiUnresolvedDevices, kDevicePrograms, kDeviceProgramsReplaced, kDeviceProgramsLoaded, kLooksAhead, kDeviceProgramStaleSwaps,
   kDeviceProgramSwapRevisions, kApplyWaits, kCheckpointStale,
   kCheckpointUnknownDevices, kRemediationHeld, kRemediations, kDevicePluginUp, kDevicePluginLatency,
   kCheckpointLastWrite, kNewestContainerStart, kCheckpointLag, kRevocations, kDeniedOpens,

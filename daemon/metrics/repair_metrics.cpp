@@ -35,6 +35,11 @@ void RepairMetrics::programs_loaded(std::size_t n, bool ahead) {
   m_->counters(Id::kDeviceProgramsLoaded).Add({{"when", ahead ? "ahead" : "repair"}}).Increment(static_cast<double>(n));
 }
 
+void RepairMetrics::look_ahead(LookAhead outcome) {
+  static constexpr const char* kOutcome[] = {"looked", "same_cpu", "interval"};  // by LookAhead
+  m_->counters(Id::kLooksAhead).Add({{"outcome", kOutcome[static_cast<int>(outcome)]}}).Increment();
+}
+
 void RepairMetrics::stale_swaps(std::size_t n) {
   m_->counter(Id::kDeviceProgramStaleSwaps).Increment(static_cast<double>(n));
 }

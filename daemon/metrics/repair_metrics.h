@@ -13,6 +13,8 @@ namespace gdw {
 
 class Metrics;
 
+enum class LookAhead { kLooked, kSameCpu, kInterval };
+
 class RepairMetrics {
  public:
   explicit RepairMetrics(Metrics& metrics) : m_(&metrics) {}
@@ -25,6 +27,8 @@ class RepairMetrics {
   void programs_replaced(std::size_t n);
   // cgroup v2: wrappers loaded while a repair waited, or ahead of the next repairs.
   void programs_loaded(std::size_t n, bool ahead);
+  // cgroup v2: a load inside a GPU container had it looked at ahead of the attach, or why not.
+  void look_ahead(LookAhead outcome);
   // cgroup v2: swaps refused as stale (ESTALE) and looked at again.
   void stale_swaps(std::size_t n);
   // cgroup v2: whether swaps carry the revision of their query (Linux 6.17+).

@@ -45,6 +45,7 @@ struct ProcessInfo {
   std::uint64_t cgroup_id = 0;          // the process's cgroup v2 id (bpf_get_current_cgroup_id)
   std::uint64_t devices_cgroup_id = 0;  // its cgroup v1 devices cgroup id, 0 when none
   std::uint64_t start_time_ns = 0;      // when the process started (ns since boot): pid + this is unique
+  int cpu = -1;                         // the CPU it ran on as the probe recorded it (-1: unknown)
 };
 
 // A write to devices.allow / devices.deny (cgroup v1).

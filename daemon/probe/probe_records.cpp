@@ -23,6 +23,7 @@ ProcessInfo to_process_info(const gdw_process& p) {
   info.cgroup_id = p.cgroup_id;
   info.devices_cgroup_id = p.devices_cgroup_id;
   info.start_time_ns = p.start_time_ns;
+  info.cpu = static_cast<int>(p.cpu);
   return info;
 }
 

@@ -80,6 +80,10 @@ class ContainerFleet final : public ContainerLister {
   void on_container_events();
   void on_probe_records();
   void act(ProbeBatch batch);
+  // Device program loads inside GPU containers: each container looked at now, so that the
+  // repair after its attach runs warm; unless the loop runs on the loader's CPU (`loop_cpu`),
+  // or looked ahead less than kLookAheadInterval ago. True: what the gauges count moved.
+  bool look_ahead(const std::vector<ProbeBatch::LoadInside>& loads, int loop_cpu);
   void upsert(const DiscoveredContainer& cg, bool check_new);
   void remove(const std::string& cgroup_dir);
   // Re-resolves who the container is and what it must have, unless nothing it depends on
@@ -148,7 +152,7 @@ class ContainerFleet final : public ContainerLister {
   EventLoop& loop_;
   NodeMetrics node_metrics_;
   DaemonMetrics daemon_metrics_;
-  RepairMetrics repair_metrics_;  // the wrappers loaded ahead of repairs
+  RepairMetrics repair_metrics_;  // the wrappers loaded and the looks made ahead of repairs
   NodeModel& node_;
   ContainerTable containers_;
   ContainerWatches watches_;
@@ -180,6 +184,7 @@ class ContainerFleet final : public ContainerLister {
   // containers' programs are looked at a few times after it (kProgramSweep).
   EventSource program_sweep_timer_;
   std::size_t program_sweep_step_ = 0;
+  std::optional<Clock::time_point> last_look_ahead_;
   // After a grant, the access prepares the next one (CheckOutcome::prepare_next_grant) a
   // moment later: a tenant sharing the daemon's CPU gets its devices back first.
   EventSource prepare_timer_;

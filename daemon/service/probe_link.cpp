@@ -250,10 +250,14 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
           attribution_.rule_write_result(e);
         } else if constexpr (std::is_same_v<T, DeviceProgramLoadEvent>) {
           // With the attach hook or the syscall hook attached the attach itself is
-          // reported (below): the load only woke the loop ahead of it, which was its use.
-          if (policy_in_programs && !probe_->attach_hook() && !probe_->syscall_hook_attached() &&
-              attribution_.program_load(e))
-            batch.program_loaded = true;
+          // reported (below): the load woke the loop ahead of it, and a load inside a
+          // container has that container looked at meanwhile.
+          if (!policy_in_programs) return;
+          if (!probe_->attach_hook() && !probe_->syscall_hook_attached()) {
+            if (attribution_.program_load(e)) batch.program_loaded = true;
+          } else if (WatchedContainer* w = container_of_cgroup(e.caller.cgroup_id)) {
+            batch.loaded_inside.push_back({w->cgroup_id, e.caller.cpu});  // one per load: each counted
+          }
         } else if constexpr (std::is_same_v<T, DeniedOpenEvent>) {
           on_denied_open(e);
         } else if constexpr (std::is_same_v<T, CgroupLifecycleEvent>) {
@@ -283,6 +287,11 @@ void ProbeLink::on_record(const ProbeEvent& ev, bool policy_in_programs, ProbeBa
         }
       },
       ev);
+}
+
+WatchedContainer* ProbeLink::container_of_cgroup(std::uint64_t cgroup_id) {
+  const auto owner = subgroup_owner_.find(cgroup_id);
+  return containers_.by_cgroup_id(owner != subgroup_owner_.end() ? owner->second : cgroup_id);
 }
 
 void ProbeLink::note_writer(ProbeBatch& batch, std::uint64_t cgroup_id, const ProcessInfo& writer) {

@@ -54,6 +54,14 @@ struct ProbeBatch {
   // A device program was loaded by someone else (cgroup v2, without the syscall hook):
   // an attach is likely to follow.
   bool program_loaded = false;
+  // With the attach hook, per device program load by a process inside a container: the
+  // tenant's own re-apply, whose attach follows once the verifier is done. The container
+  // is looked at meanwhile, so that the repair after the attach runs warm.
+  struct LoadInside {
+    std::uint64_t cgroup_id;  // the container's
+    int cpu;                  // the loader's, as it loaded
+  };
+  std::vector<LoadInside> loaded_inside;
   // cgroup_mkdir: a faster trigger than inotify for new containers.
   struct CreatedCgroup {
     std::uint32_t hierarchy_id;
@@ -64,8 +72,8 @@ struct ProbeBatch {
   // Writers awaited (await_writer_exit) whose every thread is in do_exit: their applies ended.
   std::vector<pid_t> writers_exited;
   bool empty() const {
-    return named.empty() && writers.empty() && program_changes.empty() && !program_loaded && created.empty() &&
-           writers_exited.empty();
+    return named.empty() && writers.empty() && program_changes.empty() && !program_loaded && loaded_inside.empty() &&
+           created.empty() && writers_exited.empty();
   }
 };
 
@@ -124,6 +132,8 @@ class ProbeLink {
   // for report_record_delays().
   void record_read(std::uint64_t ktime_ns);
   static void note_writer(ProbeBatch& batch, std::uint64_t cgroup_id, const ProcessInfo& writer);
+  // The container whose cgroup (or crun's sub-cgroup of it) is `cgroup_id`; nullptr if none.
+  WatchedContainer* container_of_cgroup(std::uint64_t cgroup_id);
   // Adds what the probe counted in the kernel (denied opens of non-GPU paths) to metrics.
   void collect_other_denied_opens();
 

@@ -2,6 +2,7 @@
 
 #include <bpf/bpf.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -200,10 +201,14 @@ int attach_as(const char* comm, const std::string& cgroup_dir, const std::vector
   load.license = reinterpret_cast<std::uintptr_t>(kLicense);
   const union bpf_attr other_load = load;  // another address: not one attr loaded again
   const std::string dir = cgroup_dir;
+  cpu_set_t one_cpu;
+  CPU_ZERO(&one_cpu);
+  if (how.cpu >= 0) CPU_SET(how.cpu, &one_cpu);
   const pid_t pid = ::fork();
   if (pid < 0) return -1;
   if (pid == 0) {
     ::prctl(PR_SET_NAME, comm);
+    if (how.cpu >= 0 && ::sched_setaffinity(0, sizeof one_cpu, &one_cpu) != 0) _exit(errno & 0xff);
     if (how.from_inside) {
       const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
       if (fd < 0 || ::write(fd, "0", 1) != 1) _exit(errno & 0xff);
@@ -217,6 +222,7 @@ int attach_as(const char* comm, const std::string& cgroup_dir, const std::vector
     const int prog = static_cast<int>(::syscall(SYS_bpf, BPF_PROG_LOAD, &load, sizeof load));
     if (prog < 0) _exit(errno & 0xff);
     if (how.after_load.count() > 0) ::nanosleep(&pause, nullptr);
+    if (!how.then_attach) _exit(0);
     const int cg = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (cg < 0) _exit(errno & 0xff);
     union bpf_attr attach{};

@@ -77,10 +77,13 @@ struct AttachAs {
   // Loads first, each program closed at once, from two attrs in turn, as a tenant flooding
   // the probe with loads would (the probe's per-thread dedup of one attr does not catch it).
   int extra_loads = 0;
+  bool then_attach = true;  // false: the child only loads (an attach that never comes)
+  int cpu = -1;             // >= 0: the child runs on this CPU only (sched_setaffinity)
 };
 // From a child process that names itself `comm` (prctl PR_SET_NAME, as a runtime binary of
 // that name would be seen), loads `rules` as a program and attaches it to `cgroup_dir`
-// (BPF_F_ALLOW_MULTI). Returns 0, the errno of the step that failed, or -1.
+// (BPF_F_ALLOW_MULTI; unless AttachAs::then_attach is false). Returns 0, the errno of the
+// step that failed, or -1.
 int attach_as(const char* comm, const std::string& cgroup_dir, const std::vector<OciDeviceCgroupRule>& rules,
               AttachAs how = {});
 // The same for cgroup v1: the child writes `rule` to <cgroup_dir>/devices.deny.

@@ -28,6 +28,7 @@ gdw_process sample_process() {
   p.cgroup_id = 7;
   p.devices_cgroup_id = 9;
   p.start_time_ns = 31337;
+  p.cpu = 5;
   std::memcpy(p.comm, "runc:[2:INIT]", 13);
   std::memcpy(p.parent_comm, "containerd-shim-", 16);  // all 16 bytes used: no NUL
   return p;
@@ -62,6 +63,7 @@ TEST(ProbeRecords, RuleWriteWithTrailingNewlineAndFullComm) {
   EXPECT_EQ(event.writer.cgroup_id, 7u);
   EXPECT_EQ(event.writer.devices_cgroup_id, 9u);
   EXPECT_EQ(event.writer.start_time_ns, 31337u);
+  EXPECT_EQ(event.writer.cpu, 5);
 }
 
 TEST(ProbeRecords, RuleWriteSeenAtThePermissionCheckHasNoResultUnlessRefused) {
