@@ -139,8 +139,16 @@ class DeviceProgramsV2 final : public DeviceAccess {
   std::size_t prepare_next_grant() override { return cache_.load_spares(Clock::now()); }
 
   // A program the runtime attached, read while it is attached: the grant's look at it
-  // (observe_attached) finds it in the cache.
-  void prepare_grant(const AttachedProgram& attached) override { (void)cache_.describe(attached.prog_id); }
+  // (observe_attached) finds it in the cache, and the wrapper it would load is on its way.
+  void prepare_grant(const AttachedProgram& attached, const std::vector<WantedDevice>& wanted) override {
+    const auto described = cache_.describe(attached.prog_id);
+    if (!described) return;
+    for (const auto& r : plan_v2_repair({*described}, wanted).replace) cache_.load_off_loop(r.added, r.old.inner);
+  }
+  std::size_t adopt_prepared() override {
+    cache_.adopt_off_loop();
+    return cache_.off_loop_loads();
+  }
 
   // Each program denying a wanted device is wrapped (it then allows the wanted devices and
   // decides as before for the rest); the others stay as they are.

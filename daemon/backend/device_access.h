@@ -106,11 +106,16 @@ class DeviceAccess {
   // While a check waits for the runtime that attached `attached` to a container's cgroup to
   // end its apply (a grant then would break it): what the grant that follows would read
   // first is read now (v2: that program, ~15 µs of bpf() calls and decoding on a 2-vCPU VM),
-  // so that the grant's attach comes sooner after the runtime's exit. Nothing is written.
-  // Its wrapper is not loaded here: a verifier run (~0.5 ms) shortly before the runtime's
-  // exit left the daemon behind a busy tenant's slice when the exit woke it (measured:
-  // 2.4 ms to the grant, where loading it on the grant's path costs ~1 ms).
-  virtual void prepare_grant(const AttachedProgram& attached) { (void)attached; }
+  // and the wrapper it would load for `wanted` is loaded off the event loop
+  // (DeviceProgramCache::load_off_loop), so that the grant's attach comes sooner after the
+  // runtime's exit. Nothing is attached or written.
+  virtual void prepare_grant(const AttachedProgram& attached, const std::vector<WantedDevice>& wanted) {
+    (void)attached;
+    (void)wanted;
+  }
+  // Takes in what prepare_grant() had loaded off the loop (a grant takes it in too);
+  // returns how many programs were loaded that way so far.
+  virtual std::size_t adopt_prepared() { return 0; }
 };
 
 // The node's: `version` is what NodeModel located (kV1 or kV2).

@@ -137,21 +137,36 @@ void DeviceProgramCache::forget(const Copies& copies) {
   }
 }
 
+std::optional<DeviceProgramCache::Wrapper> DeviceProgramCache::unseen_copy(const std::string& key,
+                                                                           const std::vector<WantedDevice>& added,
+                                                                           const BpfCode& inner, const std::string& dir,
+                                                                           Clock::time_point now) {
+  Copies* copies = wrappers_.find(key);
+  if (!copies) return std::nullopt;
+  for (const auto& c : *copies) {
+    prune_seen(*c, now);
+    if (auto it = c->seen.find(dir); it == c->seen.end() || now - it->second >= kReuseAfter) {
+      c->seen[dir] = now;
+      want_spare(key, *copies, added, inner);
+      return Wrapper{c->fd, c->id, nullptr};
+    }
+  }
+  return std::nullopt;
+}
+
 Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vector<WantedDevice>& added,
                                                                 const BpfCode& inner, const std::string& dir,
                                                                 std::uint32_t old_id, Clock::time_point now) {
   std::string key = wrapper_key(packed_device_set(added), inner);
-  Copies* copies = wrappers_.find(key);
-  if (copies) {
-    for (const auto& c : *copies) {
-      prune_seen(*c, now);
-      if (auto it = c->seen.find(dir); it == c->seen.end() || now - it->second >= kReuseAfter) {
-        c->seen[dir] = now;
-        want_spare(key, *copies, added, inner);
-        return Wrapper{c->fd, c->id, nullptr};
-      }
+  if (load_thread_.started()) {
+    adopt_off_loop();
+    if (!wrappers_.index.count(key) && load_thread_.has(key)) {
+      if (load_thread_.take_over(key, kWaitForLoadThread)) adopt_off_loop();
+      if (!load_thread_.has(key)) off_loop_inner_.erase(key);  // taken out of the queue: loaded here
     }
   }
+  if (auto copy = unseen_copy(key, added, inner, dir, now)) return *copy;
+  Copies* copies = wrappers_.find(key);
   auto loaded = load_wrapper(wrap_device_program(added, inner), dir, old_id);
   if (!loaded) return loaded.error();
   ++wrapper_loads_;
@@ -176,6 +191,54 @@ Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vecto
   // Which wrappers to load ahead for it is decided after the grant (load_spares).
   if (programs_met_.size() < kMaxAheadDue) programs_met_.push_back(inner);
   return Wrapper{*loaded, id, nullptr};
+}
+
+Result<int> DeviceProgramCache::load_on_thread(const BpfCode& code, const std::string& what) {
+  return load_wrapper(code, what, 0);
+}
+
+bool DeviceProgramCache::load_off_loop(const std::vector<WantedDevice>& added, const BpfCode& inner) {
+  std::string key = wrapper_key(packed_device_set(added), inner);
+  if (wrappers_.index.count(key) || load_thread_.has(key)) return false;
+  if (!load_thread_.submit(key, wrap_device_program(added, inner), "a wrapper loaded while a runtime applies"))
+    return false;
+  off_loop_inner_[std::move(key)] = inner;
+  return true;
+}
+
+std::size_t DeviceProgramCache::adopt_off_loop() {
+  std::size_t kept = 0;
+  for (auto& done : load_thread_.take_done()) {
+    auto inner = off_loop_inner_.extract(done.key);
+    // One that did not load is no repair's error: the grant that needs it loads it on its
+    // path and reports why not.
+    if (!done.fd.ok()) continue;
+    if (inner.empty()) {  // not asked for by this cache: cannot happen, nothing leaks
+      ::close(*done.fd);
+      continue;
+    }
+    ++off_loop_loads_;
+    if (keep_loaded(std::move(done.key), *done.fd, inner.mapped())) ++kept;
+  }
+  return kept;
+}
+
+bool DeviceProgramCache::keep_loaded(std::string key, int fd, const BpfCode& inner) {
+  if (Copies* copies = wrappers_.find(key)) {
+    if (copies->size() >= kMaxCopies) {
+      ::close(fd);
+      return false;
+    }
+    copies->push_back(kept_copy(fd, program_id(fd)));
+    return true;
+  }
+  Copies copies;
+  copies.push_back(kept_copy(fd, program_id(fd)));
+  ahead_due_.erase(key);
+  for (const auto& dropped : wrappers_.add(std::move(key), std::move(copies), max_wrappers_)) forget(dropped);
+  // As for a wrapper loaded on a repair's path: those of it for the other sets, ahead.
+  if (programs_met_.size() < kMaxAheadDue) programs_met_.push_back(inner);
+  return true;
 }
 
 void DeviceProgramCache::want_ahead(const BpfCode& inner) {

@@ -31,6 +31,11 @@
 // first; a description is about 2 KiB, 256 cover the programs of a hundred GPU
 // containers). A wrapper dropped from the cache stays loaded while it is attached
 // somewhere (the kernel holds it), and is freed after.
+//
+// The first repair after a runtime attached a program never met would still run the
+// verifier on its path: while the runtime applies (its grant waits for its exit), the
+// wrapper is loaded on a thread of its own (load_off_loop(), ProgramLoadThread), and the
+// grant takes it (or waits for the load under way, at most kWaitForLoadThread).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +47,7 @@
 #include <vector>
 
 #include "backend/device_programs_v2.h"
+#include "backend/program_load_thread.h"
 #include "backend/wanted_device_sets.h"
 #include "core/clock.h"
 #include "core/result.h"
@@ -54,9 +60,15 @@ class DeviceProgramCache {
   static constexpr std::size_t kMaxCopies = 8;
   static constexpr std::size_t kMaxAhead = 32;     // device sets loaded ahead per program met
   static constexpr std::size_t kMaxAheadDue = 64;  // wrappers waiting to be loaded ahead
+  // A grant that needs the wrapper the load thread is loading waits this long for it: the
+  // thread started earlier than the grant could (a verifier run is ~0.5 ms).
+  static constexpr std::chrono::microseconds kWaitForLoadThread{1000};
 
   explicit DeviceProgramCache(std::size_t max_programs = 256, std::size_t max_wrappers = 512)
-      : max_programs_(max_programs), max_wrappers_(max_wrappers), instructions_(2 * max_programs) {}
+      : max_programs_(max_programs),
+        max_wrappers_(max_wrappers),
+        instructions_(2 * max_programs),
+        load_thread_(&DeviceProgramCache::load_on_thread) {}
   ~DeviceProgramCache();
   DeviceProgramCache(const DeviceProgramCache&) = delete;
   DeviceProgramCache& operator=(const DeviceProgramCache&) = delete;
@@ -98,6 +110,15 @@ class DeviceProgramCache {
   // found missing since the last call, and one wrapper due ahead (a verifier run each, so
   // that an event arriving meanwhile waits for one at most); returns how many were loaded.
   std::size_t load_spares(Clock::time_point now);
+  // While a runtime applies: the wrapper adding `added` to `inner` loaded on the load
+  // thread, unless it is loaded, on its way, or the thread has kMaxQueued to do. Whether it
+  // was asked for.
+  bool load_off_loop(const std::vector<WantedDevice>& added, const BpfCode& inner);
+  // The wrappers the load thread has loaded since the last call, kept as copies unseen
+  // anywhere (wrapper() takes them too); how many.
+  std::size_t adopt_off_loop();
+  std::size_t off_loop_loads() const { return off_loop_loads_; }  // adopted so far
+
   // Whether load_spares() has anything to load.
   bool spares_due() const { return !spares_due_.empty() || !programs_met_.empty() || !ahead_due_.empty(); }
 
@@ -151,6 +172,14 @@ class DeviceProgramCache {
   bool load_one_ahead();
   // Loaded program `fd` (kernel id `id`) as a copy the cache keeps, unseen anywhere yet.
   std::unique_ptr<Copy> kept_copy(int fd, std::uint32_t id);
+  // What the load thread runs.
+  static Result<int> load_on_thread(const BpfCode& code, const std::string& what);
+  // A copy of `key` not seen in `dir` in the last kReuseAfter, now marked seen there.
+  std::optional<Wrapper> unseen_copy(const std::string& key, const std::vector<WantedDevice>& added,
+                                     const BpfCode& inner, const std::string& dir, Clock::time_point now);
+  // Keeps loaded wrapper `fd` of `key` (wrapping `inner`): a copy more, a new entry, or
+  // closed when kMaxCopies are kept. Whether it was kept.
+  bool keep_loaded(std::string key, int fd, const BpfCode& inner);
 
   std::size_t max_programs_, max_wrappers_;
   Lru<std::uint32_t, AttachedDeviceProgram> programs_;
@@ -166,6 +195,10 @@ class DeviceProgramCache {
   std::unordered_map<std::string, SpareDue> ahead_due_;   // by key: wrappers to load ahead
   WantedDeviceSets wanted_sets_;
   std::size_t wrapper_loads_ = 0;
+  std::size_t off_loop_loads_ = 0;
+  std::unordered_map<std::string, BpfCode> off_loop_inner_;  // by key: what the thread's loads wrap
+  // Last: stopped (and its fds closed) before the rest goes.
+  ProgramLoadThread load_thread_;
 };
 
 }  // namespace gdw

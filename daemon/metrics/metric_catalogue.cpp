@@ -129,7 +129,7 @@ const std::vector<MetricFamilySpec> kFamilies = {
      {}, Series::kAtStart},
     {Id::kDeviceProgramsLoaded, Type::kCounter, "gpu_devwatch_device_programs_loaded_total",
      "cgroup v2: wrapper programs the daemon loaded, a verifier run each: while a repair waited "
-     "(when=\"repair\"), or after a repair, ahead of the next ones (when=\"ahead\").",
+     "(when=\"repair\"), or ahead of repairs: while a runtime applied, or after a repair (when=\"ahead\").",
      {"when"}, Series::kAtStart, {"repair", "ahead"}},
     {Id::kLooksAhead, Type::kCounter, "gpu_devwatch_looks_ahead_total",
      "cgroup v2, with the attach hook: device program loads by a process inside a GPU container, "

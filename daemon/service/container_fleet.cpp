@@ -100,6 +100,7 @@ Status ContainerFleet::start_timers() {
   auto prepare = loop_.add_timer([this] {
     if (!access_) return;
     if (const std::size_t loaded = access_->prepare_next_grant()) repair_metrics_.programs_loaded(loaded, /*ahead=*/true);
+    count_prepared_loads();
     // One bounded step per turn: events that came meanwhile go first.
     if (access_->next_grant_work_due()) arm_timer(prepare_timer_, kPrepareGrantDelay, "prepare-grant", daemon_metrics_);
   }, "prepare-grant", std::nullopt, ProbeLink::kReadPriority + 1);

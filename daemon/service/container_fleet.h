@@ -112,7 +112,10 @@ class ContainerFleet final : public ContainerLister {
   // holds a writer or keeps a check. Nothing of the daemon's is written then.
   bool in_runtime_apply(const WatchedContainer& w) const;
   // While a check waits: DeviceAccess::prepare_grant for the program its cause attached.
-  void prepare_grant(const CheckCause& cause);
+  void prepare_grant(const WatchedContainer& w, const CheckCause& cause);
+  // The wrappers prepare_grant() had loaded off the loop, taken in and counted (as loaded
+  // ahead of the repairs: gpu_devwatch_device_programs_loaded_total{when="ahead"}).
+  void count_prepared_loads();
   // The probe saw these awaited writers exit: the checks that waited for them, now.
   void writers_exited(const std::vector<pid_t>& pids);
   // A wait's timer or writer's pidfd: the probe's waiting records are read first (see .cpp).
@@ -188,6 +191,7 @@ class ContainerFleet final : public ContainerLister {
   // After a grant, the access prepares the next one (CheckOutcome::prepare_next_grant) a
   // moment later: a tenant sharing the daemon's CPU gets its devices back first.
   EventSource prepare_timer_;
+  std::size_t prepared_loads_counted_ = 0;  // DeviceAccess::adopt_prepared() when last counted
 };
 
 }  // namespace gdw

@@ -41,7 +41,7 @@ bool ContainerFleet::must_wait(WatchedContainer& w, Clock::time_point trigger, c
     // create): its end is seen as it comes again, the looks for the pid file 100 ms apart.
     watches_.watch_create(w, w.create_marker);
   }
-  prepare_grant(cause);
+  prepare_grant(w, cause);
   return true;
 }
 
@@ -51,15 +51,16 @@ bool ContainerFleet::in_runtime_apply(const WatchedContainer& w) const {
   return w.creating() || apply_waits_.writer(dir) != 0 || apply_waits_.keeps(dir);
 }
 
-void ContainerFleet::prepare_grant(const CheckCause& cause) {
-  // The program a runtime attached to the container's own cgroup (a crun sub-cgroup's is
-  // looked at whole by the grant), read while the runtime runs: the grant after the wait
-  // finds it in the cache.
+void ContainerFleet::prepare_grant(const WatchedContainer& w, const CheckCause& cause) {
+  // The program a runtime attached to the container's cgroup or crun's sub-cgroup of it,
+  // read while the runtime runs, and its wrapper for what the container wants loaded off the
+  // loop: the grant after the wait finds both in the cache (a wrapper is the same whichever
+  // of the two it goes to).
   const DeviceProgramEvent* change = cause.program_change;
-  if (!access_ || !change || cause.program_change_on_subgroup || change->prog_id == 0 || change->result < 0 ||
+  if (!access_ || !change || change->prog_id == 0 || change->result < 0 ||
       change->command != DeviceProgramEvent::Command::kProgAttach)
     return;
-  access_->prepare_grant({change->prog_id, change->flags});
+  access_->prepare_grant({change->prog_id, change->flags}, w.target.desired.wanted);
 }
 
 void ContainerFleet::hold_for_runtime(WatchedContainer& w, const ProcessInfo& process) {
@@ -120,6 +121,15 @@ void ContainerFleet::check_held(const std::string& dir) {
   CheckCause cause{.after_wait = true};
   if (kept->program_change) cause.program_change = &*kept->program_change;
   if (check(*w, kept->trigger, cause)) gauges_moved();
+  count_prepared_loads();
+}
+
+void ContainerFleet::count_prepared_loads() {
+  if (!access_) return;
+  const std::size_t loaded = access_->adopt_prepared();
+  if (loaded > prepared_loads_counted_)
+    repair_metrics_.programs_loaded(loaded - prepared_loads_counted_, /*ahead=*/true);
+  prepared_loads_counted_ = loaded;
 }
 
 }  // namespace gdw

@@ -218,6 +218,8 @@ def run_cell(label, handler, ctd, cri, cgroups, node, daemon_bin, mode, args, ba
             st.systemd_regrants = daemon.metric_sum("gpu_devwatch_regrants_total", 'method="systemd"') or 0
         st.revocations = daemon.metric_sum("gpu_devwatch_revocations_total")
         st.apply_waits = daemon.metric_sum("gpu_devwatch_apply_waits_total")
+        st.loads_on_path = daemon.metric_sum("gpu_devwatch_device_programs_loaded_total", 'when="repair"')
+        st.loads_ahead = daemon.metric_sum("gpu_devwatch_device_programs_loaded_total", 'when="ahead"')
         code = daemon.stop()
         if code not in (0, None):
             st.errors["gpu-devwatch exited %s" % code] = 1

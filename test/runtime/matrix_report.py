@@ -22,14 +22,22 @@ def from_end(st):
     return tenant_view.p50_p99(xs) if xs else "-"
 
 
+def loads(st):
+    """v2: the wrappers the daemon loaded on a repair's path (a verifier run between the
+    runtime's exit and the grant) and ahead of its repairs; '' where it loaded none (v1)."""
+    if not st.loads_on_path and not st.loads_ahead:
+        return ""
+    return " wrappers loaded on a repair's path %s, ahead %s" % (count(st.loads_on_path), count(st.loads_ahead))
+
+
 def print_run(st):
     print("  %-28s %-8s starts %d/%d updates %d/%d (landed %d) restarts %d/%d runtime errors %d "
-          "whole %d/%d p50 %s ms p99 %s ms exec ok %d/%d; daemon: revocations %s regrants %s apply waits %s; "
+          "whole %d/%d p50 %s ms p99 %s ms exec ok %d/%d; daemon: revocations %s regrants %s apply waits %s%s; "
           "%.0f s" % (
               st.cell, st.mode, st.starts, st.start_calls, st.updates, st.update_calls, st.updates_landed,
               st.restarts, st.restart_calls, st.runtime_errors, st.whole, st.whole_checks, fmt_ms(st.percentile(50)),
               fmt_ms(st.percentile(99)), st.exec_ok, st.exec_checks,
-              count(st.revocations), count(st.regrants), count(st.apply_waits), st.seconds), flush=True)
+              count(st.revocations), count(st.regrants), count(st.apply_waits), loads(st), st.seconds), flush=True)
     steps = ("start", "update", "restart")
     if "reload" in st.latencies_by or "reload" in st.not_whole:  # v2/systemd: the daemon-reload after each update
         steps = ("start", "update", "reload", "restart")

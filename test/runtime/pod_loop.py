@@ -100,6 +100,10 @@ class Stats:
         self.systemd_regrants = None  # ... its method="systemd" part (DeviceAllow= added to a scope)
         self.revocations = None  # gpu_devwatch_revocations_total
         self.apply_waits = None  # gpu_devwatch_apply_waits_total (absent before the fix)
+        # gpu_devwatch_device_programs_loaded_total (v2): verifier runs on a repair's path,
+        # and ahead of repairs (while a runtime applied, or after a grant)
+        self.loads_on_path = None
+        self.loads_ahead = None
         self.seconds = 0.0
         self.view = None         # tenant_view.TenantView of the run (None: not measured)
         self.check = None        # check_loop.CheckLoop of a check-mode run

@@ -155,7 +155,7 @@ int nvidia_style_grant(const std::string& cgroup_dir, const std::vector<DeviceRu
   return 0;
 }
 
-std::set<std::uint32_t> loaded_program_ids(bpf_prog_type type) {
+std::set<std::uint32_t> loaded_program_ids(bpf_prog_type type, const std::string& name) {
   std::set<std::uint32_t> ids;
   std::uint32_t id = 0;
   while (bpf_prog_get_next_id(id, &id) == 0) {
@@ -163,7 +163,8 @@ std::set<std::uint32_t> loaded_program_ids(bpf_prog_type type) {
     if (prog.fd < 0) continue;  // unloaded meanwhile
     bpf_prog_info info{};
     std::uint32_t len = sizeof info;
-    if (bpf_obj_get_info_by_fd(prog.fd, &info, &len) == 0 && info.type == static_cast<std::uint32_t>(type))
+    if (bpf_obj_get_info_by_fd(prog.fd, &info, &len) == 0 && info.type == static_cast<std::uint32_t>(type) &&
+        (name.empty() || name == info.name))
       ids.insert(id);
   }
   return ids;

@@ -59,8 +59,9 @@ class SystemdStyleReapplier {
 // program was swapped for its copy).
 int nvidia_style_grant(const std::string& cgroup_dir, const std::vector<DeviceRule>& allowed);
 
-// Ids of every loaded program of `type` (bpf_prog_get_next_id over the whole kernel).
-std::set<std::uint32_t> loaded_program_ids(bpf_prog_type type);
+// Ids of every loaded program of `type` (bpf_prog_get_next_id over the whole kernel); only
+// those called `name` unless it is empty.
+std::set<std::uint32_t> loaded_program_ids(bpf_prog_type type, const std::string& name = "");
 // Ids of the device programs attached to any cgroup below `cgroup2_root`
 // (/sys/fs/cgroup/unified), the root included.
 std::set<std::uint32_t> attached_program_ids_below(const std::string& cgroup2_root);

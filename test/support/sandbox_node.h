@@ -144,6 +144,9 @@ class SandboxNode {
   // process calling itself `comm`, which then lives on, its apply not ended, until
   // finish_lingering(pid). Its pid.
   pid_t start_lingering_reapply(const SandboxContainer& c, const char* comm);
+  // The same with `reapply` (0 or an errno) in place of reapply_spec(c): a runtime applying
+  // other rules.
+  pid_t start_lingering_as(const char* comm, const std::function<int()>& reapply);
   // A runtime's `verb` ("update", "create") of `c` as containerd's shim runs it: a child
   // re-applies the spec (reapply_spec()), then becomes a program called `comm` whose
   // command line is `comm --root /run/containerd/runc/k8s.io update --resources - <c.id>`

@@ -171,6 +171,15 @@ pid_t SandboxNode::start_lingering_reapply(const SandboxContainer& c, const char
   return pid;
 }
 
+pid_t SandboxNode::start_lingering_as(const char* comm, const std::function<int()>& reapply) {
+  const auto [pid, ok] = start_lingering(comm, [&] { return reapply() == 0 ? pid_t{1} : pid_t{0}; });
+  if (ok <= 0) {
+    finish_lingering(pid);
+    throw std::runtime_error(std::string("the re-apply as ") + comm + " failed");
+  }
+  return pid;
+}
+
 pid_t SandboxNode::start_lingering_runtime(const SandboxContainer& c, const char* comm, const std::string& verb,
                                            const SandboxContainer* inside) {
   // A script whose name is `comm`: the kernel names its process after the script's file.
