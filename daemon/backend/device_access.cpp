@@ -143,7 +143,8 @@ class DeviceProgramsV2 final : public DeviceAccess {
   void prepare_grant(const AttachedProgram& attached, const std::vector<WantedDevice>& wanted) override {
     const auto described = cache_.describe(attached.prog_id);
     if (!described) return;
-    for (const auto& r : plan_v2_repair({*described}, wanted).replace) cache_.load_off_loop(r.added, r.old.inner);
+    for (const auto& r : plan_v2_repair({*described}, wanted).replace)
+      cache_.load_off_loop(r.added, r.old.inner, Clock::now());
   }
   std::size_t adopt_prepared() override {
     cache_.adopt_off_loop();

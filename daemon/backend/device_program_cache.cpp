@@ -197,9 +197,11 @@ Result<int> DeviceProgramCache::load_on_thread(const BpfCode& code, const std::s
   return load_wrapper(code, what, 0);
 }
 
-bool DeviceProgramCache::load_off_loop(const std::vector<WantedDevice>& added, const BpfCode& inner) {
+bool DeviceProgramCache::load_off_loop(const std::vector<WantedDevice>& added, const BpfCode& inner,
+                                       Clock::time_point now) {
   std::string key = wrapper_key(packed_device_set(added), inner);
   if (wrappers_.index.count(key) || load_thread_.has(key)) return false;
+  if (off_loop_budget_.acquire(now) != Clock::duration::zero()) return false;
   if (!load_thread_.submit(key, wrap_device_program(added, inner), "a wrapper loaded while a runtime applies"))
     return false;
   off_loop_inner_[std::move(key)] = inner;

@@ -50,6 +50,7 @@
 #include "backend/program_load_thread.h"
 #include "backend/wanted_device_sets.h"
 #include "core/clock.h"
+#include "core/repair_policy.h"
 #include "core/result.h"
 
 namespace gdw {
@@ -63,6 +64,11 @@ class DeviceProgramCache {
   // A grant that needs the wrapper the load thread is loading waits this long for it: the
   // thread started earlier than the grant could (a verifier run is ~0.5 ms).
   static constexpr std::chrono::microseconds kWaitForLoadThread{1000};
+  // Loads off the loop, node-wide: a writer named like a runtime inside a container (a
+  // tenant's process may be) that attaches a new program again and again gets at most this
+  // many verifier runs of the daemon's at once, then 100 a second (~5 % of a CPU here).
+  static constexpr std::uint32_t kOffLoopBurst = 8;
+  static constexpr std::uint32_t kOffLoopPerMinute = 6000;
 
   explicit DeviceProgramCache(std::size_t max_programs = 256, std::size_t max_wrappers = 512)
       : max_programs_(max_programs),
@@ -111,9 +117,10 @@ class DeviceProgramCache {
   // that an event arriving meanwhile waits for one at most); returns how many were loaded.
   std::size_t load_spares(Clock::time_point now);
   // While a runtime applies: the wrapper adding `added` to `inner` loaded on the load
-  // thread, unless it is loaded, on its way, or the thread has kMaxQueued to do. Whether it
-  // was asked for.
-  bool load_off_loop(const std::vector<WantedDevice>& added, const BpfCode& inner);
+  // thread, unless it is loaded, on its way, the thread has kMaxQueued to do, or more than
+  // kOffLoopBurst were asked for lately (kOffLoopPerMinute after those). Whether it was
+  // asked for.
+  bool load_off_loop(const std::vector<WantedDevice>& added, const BpfCode& inner, Clock::time_point now);
   // The wrappers the load thread has loaded since the last call, kept as copies unseen
   // anywhere (wrapper() takes them too); how many.
   std::size_t adopt_off_loop();
@@ -197,6 +204,7 @@ class DeviceProgramCache {
   std::size_t wrapper_loads_ = 0;
   std::size_t off_loop_loads_ = 0;
   std::unordered_map<std::string, BpfCode> off_loop_inner_;  // by key: what the thread's loads wrap
+  RepairBudget off_loop_budget_{kOffLoopBurst, kOffLoopPerMinute};
   // Last: stopped (and its fds closed) before the rest goes.
   ProgramLoadThread load_thread_;
 };

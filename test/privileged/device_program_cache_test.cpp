@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <memory>
 #include <cstring>
 #include <vector>
@@ -44,6 +46,15 @@ class DeviceProgramCacheTest : public ::testing::Test {
   // A wrapper of the spec's program adding the GPU, for cgroup `dir` at `at`.
   Result<DeviceProgramCache::Wrapper> wrapper(const std::string& dir, Clock::time_point at) {
     return cache.wrapper(desired, inner, dir, spec_->id, at);
+  }
+
+  // Whether the load thread's wrappers were taken in until `n` were loaded off the loop (5 s).
+  bool adopted(std::size_t n) {
+    for (int i = 0; i < 5000 && cache.off_loop_loads() < n; ++i) {
+      cache.adopt_off_loop();
+      if (cache.off_loop_loads() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return cache.off_loop_loads() == n;
   }
 
   DeviceProgramCache cache;
@@ -243,6 +254,37 @@ TEST_F(DeviceProgramCacheTest, ADescriptionCarriesItsProgramButTheCacheHoldsNone
   if (fd >= 0) ::close(fd);
   EXPECT_LT(fd, 0) << "program " << id << " is still loaded";
   EXPECT_EQ(lookup_errno, ENOENT);
+}
+
+// Loaded off the loop while a runtime applies: the grant after it takes that very wrapper,
+// with no verifier run of its own.
+TEST_F(DeviceProgramCacheTest, AWrapperLoadedOffTheLoopIsTheOneTheGrantTakes) {
+  ASSERT_TRUE(cache.load_off_loop(desired, inner, t0));
+  EXPECT_FALSE(cache.load_off_loop(desired, inner, t0)) << "on its way already: not twice";
+  ASSERT_TRUE(adopted(1)) << "the load thread never handed it back";
+  EXPECT_EQ(cache.wrappers(), 1u);
+  EXPECT_FALSE(cache.load_off_loop(desired, inner, t0)) << "loaded already";
+  auto taken = wrapper("/a", t0);
+  ASSERT_TRUE(taken.ok()) << taken.error().message;
+  EXPECT_EQ(cache.wrapper_loads(), 0u) << "the grant ran the verifier itself";
+  EXPECT_EQ(cache.off_loop_loads(), 1u);
+}
+
+// A writer that attaches new programs again and again (a tenant's process named like a
+// runtime may) gets kOffLoopBurst loads at once, then one per 10 ms.
+TEST_F(DeviceProgramCacheTest, LoadsOffTheLoopAreBoundedInNumberAndRate) {
+  const auto set = [](std::uint32_t minor) {
+    return std::vector<WantedDevice>{wanted(195, minor, kAccessReadWrite, "nvidia" + std::to_string(minor))};
+  };
+  std::uint32_t minor = 0;
+  for (; minor < DeviceProgramCache::kOffLoopBurst; ++minor) EXPECT_TRUE(cache.load_off_loop(set(minor), inner, t0));
+  EXPECT_FALSE(cache.load_off_loop(set(minor), inner, t0)) << "past the burst";
+  ASSERT_TRUE(adopted(DeviceProgramCache::kOffLoopBurst));
+  EXPECT_FALSE(cache.load_off_loop(set(minor), inner, t0 + std::chrono::milliseconds(5)))
+      << "the thread is idle again, but the burst is spent";
+  EXPECT_TRUE(cache.load_off_loop(set(minor), inner, t0 + std::chrono::milliseconds(11))) << "one per 10 ms";
+  EXPECT_FALSE(cache.load_off_loop(set(minor + 1), inner, t0 + std::chrono::milliseconds(12)));
+  ASSERT_TRUE(adopted(DeviceProgramCache::kOffLoopBurst + 1));
 }
 
 }  // namespace
