@@ -92,10 +92,12 @@ TEST_F(V2LoadDuringApply, TheWrapperForARuntimesNewProgramIsLoadedWhileItApplies
 TEST_F(V2LoadDuringApply, ARuntimesProgramThatAllowsTheGpuHasNothingLoadedForIt) {
   // A runc that re-applies a spec allowing every device, and goes on applying: it denies
   // nothing wanted, and the daemon waits for its exit all the same.
+  const double read_before = daemon_->metric("gpu_devwatch_probe_record_delay_seconds_count");
   const pid_t runtime =
       node_->start_lingering_as("runc", [&] { return runc_style_reapply(gpu_->cgroup_dir, kAllowAllRules); });
-  const auto until = std::chrono::steady_clock::now() + 200ms;  // the daemon has read it by then
+  const auto until = std::chrono::steady_clock::now() + 200ms;
   while (std::chrono::steady_clock::now() < until) ASSERT_EQ(node_->open_errno(*gpu_, "nvidia0"), ENXIO);
+  ASSERT_TRUE(reads_past(*daemon_, read_before)) << "the runtime must still run when its attach is read";
   node_->finish_lingering(runtime);
   ASSERT_TRUE(eventually([&] {
     return daemon_->metric("gpu_devwatch_apply_waits_total", {{"until", "writer_exit"}}) >= 1;

@@ -43,6 +43,17 @@ inline const SandboxContainer& add_gpu_container(SandboxNode& node) {
   return c;
 }
 
+// Until `daemon` has read more probe records than `before` (taken before a runtime's
+// re-apply): from then on it waits for that runtime. What a test does next reaches it in a
+// later read; in the same read as the runtime's attach, a tenant's load inside that
+// container is not looked at (the attach is checked anyway).
+inline ::testing::AssertionResult reads_past(DaemonHarness& daemon, double before) {
+  const auto read = [&] { return daemon.metric("gpu_devwatch_probe_record_delay_seconds_count"); };
+  if (eventually([&] { return read() > before; })) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "the daemon read no probe record past " << before << "\n"
+                                       << daemon.metrics();
+}
+
 // A look at `c`'s nvidia0 every 20 ms for `span`: every one must be denied (EPERM); one
 // allowed is a grant inside `whose` apply.
 inline ::testing::AssertionResult stays_denied(SandboxNode& node, const SandboxContainer& c, DaemonHarness& daemon,
