@@ -181,15 +181,11 @@ Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vecto
   if (copies) {
     copies->push_back(std::move(copy));
     want_spare(key, *copies, added, inner);
-    return Wrapper{*loaded, id, nullptr};
+  } else {
+    spares_due_.try_emplace(key, SpareDue{added, inner});  // its only copy is seen now
+    // Which wrappers to load ahead for `inner` is decided after the grant (load_spares).
+    add_first_copy(std::move(key), std::move(copy), &inner);
   }
-  Copies fresh;
-  fresh.push_back(std::move(copy));
-  want_spare(key, fresh, added, inner);
-  ahead_due_.erase(key);
-  for (const auto& dropped : wrappers_.add(std::move(key), std::move(fresh), max_wrappers_)) forget(dropped);
-  // Which wrappers to load ahead for it is decided after the grant (load_spares).
-  if (programs_met_.size() < kMaxAheadDue) programs_met_.push_back(inner);
   return Wrapper{*loaded, id, nullptr};
 }
 
@@ -209,6 +205,7 @@ bool DeviceProgramCache::load_off_loop(const std::vector<WantedDevice>& added, c
 }
 
 std::size_t DeviceProgramCache::adopt_off_loop() {
+  if (!load_thread_.started()) return 0;  // nothing to take, and no lock to take for it
   std::size_t kept = 0;
   for (auto& done : load_thread_.take_done()) {
     auto inner = off_loop_inner_.extract(done.key);
@@ -234,13 +231,17 @@ bool DeviceProgramCache::keep_loaded(std::string key, int fd, const BpfCode& inn
     copies->push_back(kept_copy(fd, program_id(fd)));
     return true;
   }
+  // As for a wrapper loaded on a repair's path: those of `inner` for the other sets, ahead.
+  add_first_copy(std::move(key), kept_copy(fd, program_id(fd)), &inner);
+  return true;
+}
+
+void DeviceProgramCache::add_first_copy(std::string key, std::unique_ptr<Copy> copy, const BpfCode* met) {
   Copies copies;
-  copies.push_back(kept_copy(fd, program_id(fd)));
+  copies.push_back(std::move(copy));
   ahead_due_.erase(key);
   for (const auto& dropped : wrappers_.add(std::move(key), std::move(copies), max_wrappers_)) forget(dropped);
-  // As for a wrapper loaded on a repair's path: those of it for the other sets, ahead.
-  if (programs_met_.size() < kMaxAheadDue) programs_met_.push_back(inner);
-  return true;
+  if (met && programs_met_.size() < kMaxAheadDue) programs_met_.push_back(*met);
 }
 
 void DeviceProgramCache::want_ahead(const BpfCode& inner) {
@@ -261,9 +262,7 @@ bool DeviceProgramCache::load_one_ahead() {
     auto fd = load_wrapper(wrap_device_program(due.mapped().added, due.mapped().inner), "a wrapper loaded ahead", 0);
     if (!fd) return false;
     ++wrapper_loads_;
-    Copies copies;
-    copies.push_back(kept_copy(*fd, program_id(*fd)));
-    for (const auto& dropped : wrappers_.add(std::move(due.key()), std::move(copies), max_wrappers_)) forget(dropped);
+    add_first_copy(std::move(due.key()), kept_copy(*fd, program_id(*fd)), nullptr);
     return true;
   }
   return false;

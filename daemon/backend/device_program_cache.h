@@ -187,6 +187,10 @@ class DeviceProgramCache {
   // Keeps loaded wrapper `fd` of `key` (wrapping `inner`): a copy more, a new entry, or
   // closed when kMaxCopies are kept. Whether it was kept.
   bool keep_loaded(std::string key, int fd, const BpfCode& inner);
+  // `copy` as the first of `key`, new to the cache (the least recently used keys may be
+  // pushed out); `met`, when set: the program it wraps was met, and wrappers of it for the
+  // other wanted sets are due ahead.
+  void add_first_copy(std::string key, std::unique_ptr<Copy> copy, const BpfCode* met);
 
   std::size_t max_programs_, max_wrappers_;
   Lru<std::uint32_t, AttachedDeviceProgram> programs_;
