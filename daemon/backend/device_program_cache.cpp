@@ -144,10 +144,18 @@ std::optional<DeviceProgramCache::Wrapper> DeviceProgramCache::unseen_copy(const
   Copies* copies = wrappers_.find(key);
   if (!copies) return std::nullopt;
   for (const auto& c : *copies) {
+    if (c->one_shot) {  // the last: every kept copy was in `dir` lately
+      const int fd = c->fd;
+      const std::uint32_t id = c->id;
+      copy_by_id_.erase(id);
+      copies->pop_back();
+      want_spare(key, *copies, added, inner, dir, now);
+      return Wrapper{fd, id, std::shared_ptr<void>(nullptr, [fd](void*) { ::close(fd); })};
+    }
     prune_seen(*c, now);
     if (auto it = c->seen.find(dir); it == c->seen.end() || now - it->second >= kReuseAfter) {
       c->seen[dir] = now;
-      want_spare(key, *copies, added, inner);
+      want_spare(key, *copies, added, inner, dir, now);
       return Wrapper{c->fd, c->id, nullptr};
     }
   }
@@ -172,7 +180,9 @@ Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vecto
   ++wrapper_loads_;
   const std::uint32_t id = program_id(*loaded);
   if (copies && copies->size() >= kMaxCopies) {
-    // Every copy was in this cgroup lately: this one is used once and not kept.
+    // Every copy was in this cgroup lately: this one is used once and not kept (and the
+    // next such re-apply finds one loaded ahead).
+    want_spare(key, *copies, added, inner, dir, now);
     const int fd = *loaded;
     return Wrapper{fd, id, std::shared_ptr<void>(nullptr, [fd](void*) { ::close(fd); })};
   }
@@ -180,7 +190,7 @@ Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vecto
   copy->seen[dir] = now;
   if (copies) {
     copies->push_back(std::move(copy));
-    want_spare(key, *copies, added, inner);
+    want_spare(key, *copies, added, inner, dir, now);
   } else {
     spares_due_.try_emplace(key, SpareDue{added, inner});  // its only copy is seen now
     // Which wrappers to load ahead for `inner` is decided after the grant (load_spares).
@@ -289,10 +299,20 @@ void DeviceProgramCache::prune_seen(Copy& copy, Clock::time_point now) {
 }
 
 void DeviceProgramCache::want_spare(const std::string& key, const Copies& copies,
-                                    const std::vector<WantedDevice>& added, const BpfCode& inner) {
-  if (copies.size() >= kMaxCopies) return;
-  if (std::any_of(copies.begin(), copies.end(), [](const auto& c) { return c->seen.empty(); })) return;
-  if (!spares_due_.count(key)) spares_due_.emplace(key, SpareDue{added, inner});
+                                    const std::vector<WantedDevice>& added, const BpfCode& inner,
+                                    const std::string& dir, Clock::time_point now) {
+  if (spares_due_.count(key)) return;
+  if (kept_copies(copies) < kMaxCopies) {
+    if (std::any_of(copies.begin(), copies.end(), [](const auto& c) { return c->seen.empty(); })) return;
+  } else {
+    if (copies.back()->one_shot) return;
+    const auto free_in_dir = [&](const auto& c) {
+      const auto it = c->seen.find(dir);
+      return it == c->seen.end() || now - it->second >= kReuseAfter;
+    };
+    if (std::any_of(copies.begin(), copies.end(), free_in_dir)) return;
+  }
+  spares_due_.emplace(key, SpareDue{added, inner});
 }
 
 std::size_t DeviceProgramCache::load_spares(Clock::time_point now) {
@@ -303,16 +323,22 @@ std::size_t DeviceProgramCache::load_spares(Clock::time_point now) {
   spares_due_.clear();
   for (auto& [key, spare] : due) {
     Copies* copies = wrappers_.find(key);
-    if (!copies || copies->size() >= kMaxCopies) continue;  // dropped from the cache, or full meanwhile
-    for (const auto& c : *copies)
-      std::erase_if(c->seen, [&](const auto& kv) { return now - kv.second >= kReuseAfter; });
-    if (std::any_of(copies->begin(), copies->end(), [](const auto& c) { return c->seen.empty(); })) continue;
+    if (!copies) continue;  // dropped from the cache meanwhile
+    // Every copy kept: a one-shot one (want_spare() asked for it), unless one is loaded.
+    const bool one_shot = copies->size() >= kMaxCopies;
+    if (one_shot && copies->back()->one_shot) continue;
+    if (!one_shot) {
+      for (const auto& c : *copies)
+        std::erase_if(c->seen, [&](const auto& kv) { return now - kv.second >= kReuseAfter; });
+      if (std::any_of(copies->begin(), copies->end(), [](const auto& c) { return c->seen.empty(); })) continue;
+    }
     // A spare that does not load is no error of any repair: the next one that needs a copy
     // loads it then, and reports that.
     auto fd = load_wrapper(wrap_device_program(spare.added, spare.inner), "a spare", 0);
     if (!fd) continue;
     ++wrapper_loads_;
     copies->push_back(kept_copy(*fd, program_id(*fd)));
+    copies->back()->one_shot = one_shot;
     ++loaded;
   }
   return loaded + (load_one_ahead() ? 1 : 0);

@@ -15,10 +15,12 @@
 // wrapper replaced. runc does all three within one run, milliseconds apart; kReuseAfter
 // leaves a run stalled on a loaded node ample time. So a wrapper has copies (kMaxCopies,
 // loaded as needed: one per repair of the same cgroup within kReuseAfter); past those a
-// copy is loaded and not kept. A copy loaded while a repair waits costs the reaction a
+// copy is used once and not kept. A copy loaded while a repair waits costs the reaction a
 // verifier run (~0.5 ms), so once a repair has taken the last copy no cgroup has seen, a
 // spare is loaded after the repair (load_spares(), while kMaxCopies allows): the next
-// repair that needs one finds it loaded.
+// repair that needs one finds it loaded. Past kMaxCopies, once a cgroup has had every
+// kept copy within kReuseAfter (a container re-applied that often), the one-shot copy its
+// next repair will take is loaded after this one (one per wrapper at most).
 //
 // A runtime applies the same spec to most containers, so the program a re-apply attaches
 // has the same instructions in every container it hits; only the devices each wrapper adds
@@ -155,6 +157,9 @@ class DeviceProgramCache {
     std::uint32_t id = 0;
     std::unordered_map<std::string, Clock::time_point> seen;  // cgroup dir → when
     std::size_t prune_at = kPruneSeenAt;                      // prune_seen()
+    // Loaded ahead past kMaxCopies (want_spare()): handed out once, to any cgroup, and not
+    // kept. Always the last of its wrapper's copies, one at most.
+    bool one_shot = false;
   };
   // The cgroups of containers long gone must not pile up in `seen`, but a repair should
   // not walk it either: it is pruned of what is older than kReuseAfter once it has doubled
@@ -163,11 +168,16 @@ class DeviceProgramCache {
   static void prune_seen(Copy& copy, Clock::time_point now);
   using Copies = std::vector<std::unique_ptr<Copy>>;
   void forget(const Copies& copies);
-  // After `copies` (of `key`) handed one out: a spare is due when no copy is unseen. Entries
-  // older than kReuseAfter still count here (pruning is amortized): load_spares() prunes
-  // every copy of the key and asks again before it loads anything.
+  // After `copies` (of `key`) handed one out to `dir`: a spare is due when no copy is unseen.
+  // Entries older than kReuseAfter still count here (pruning is amortized): load_spares()
+  // prunes every copy of the key and asks again before it loads anything. With kMaxCopies
+  // kept, a one-shot copy is due instead when every one of them was in `dir` lately: its
+  // next re-apply within kReuseAfter would otherwise load one on its repair's path.
   void want_spare(const std::string& key, const Copies& copies, const std::vector<WantedDevice>& added,
-                  const BpfCode& inner);
+                  const BpfCode& inner, const std::string& dir, Clock::time_point now);
+  static std::size_t kept_copies(const Copies& copies) {
+    return copies.size() - (!copies.empty() && copies.back()->one_shot ? 1 : 0);
+  }
   struct SpareDue {
     std::vector<WantedDevice> added;
     BpfCode inner;

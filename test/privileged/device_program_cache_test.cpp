@@ -14,6 +14,7 @@
 #include <thread>
 #include <memory>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "runtime/oci_config.h"
@@ -153,13 +154,62 @@ TEST_F(DeviceProgramCacheTest, ASpareCopyIsLoadedAfterARepairSoTheNextOneRunsNoV
   EXPECT_EQ(cache.wrapper_loads(), 2u) << "the repair itself ran no verifier";
   // Both copies are now seen in /a: the next spare is due, and so on up to kMaxCopies.
   EXPECT_EQ(cache.load_spares(t0), 1u);
-  std::size_t loaded = 3;
+  // /a re-applied on and on: the kept copies stop at kMaxCopies; past those each repair
+  // takes a one-shot copy loaded after the one before. None runs the verifier itself.
+  std::set<std::uint32_t> kept{first->id, second->id};
+  std::size_t one_shots = 0;
   for (int i = 0; i < 3 * static_cast<int>(DeviceProgramCache::kMaxCopies); ++i) {
+    const std::size_t loads = cache.wrapper_loads();
     auto w = wrapper("/a", t0);
     ASSERT_TRUE(w.ok()) << w.error().message;
-    loaded += cache.load_spares(t0);
+    EXPECT_EQ(cache.wrapper_loads(), loads) << "re-apply " << i << " loaded its copy on its repair's path";
+    if (w->owned.use_count() > 0) ++one_shots;  // owned: a null pointer with its deleter
+    else kept.insert(w->id);
+    cache.load_spares(t0);
   }
-  EXPECT_LE(loaded, DeviceProgramCache::kMaxCopies) << "spares stop at kMaxCopies";
+  EXPECT_EQ(kept.size(), DeviceProgramCache::kMaxCopies) << "kept copies stop at kMaxCopies";
+  EXPECT_EQ(one_shots, 3 * DeviceProgramCache::kMaxCopies - (DeviceProgramCache::kMaxCopies - 2));
+}
+
+// A cgroup re-applied more often than kMaxCopies per kReuseAfter: the copy its next repair
+// needs is loaded after this one, used once by whichever cgroup has no kept copy free, and
+// not kept (the kernel frees it once it is detached).
+TEST_F(DeviceProgramCacheTest, PastKMaxCopiesTheNextOneShotCopyIsLoadedAhead) {
+  std::vector<std::uint32_t> ids;
+  for (std::size_t i = 0; i < DeviceProgramCache::kMaxCopies; ++i) {
+    auto w = wrapper("/a", t0);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    ids.push_back(w->id);
+  }
+  EXPECT_EQ(cache.load_spares(t0), 1u) << "every kept copy was in /a just now: a one-shot one is due";
+  EXPECT_EQ(cache.load_spares(t0), 0u);
+  const std::size_t loads = cache.wrapper_loads();
+  auto other = wrapper("/b", t0);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->id, ids[0]) << "a cgroup with a kept copy free takes that one";
+  EXPECT_EQ(other->owned.use_count(), 0) << "kept by the cache";
+
+  std::uint32_t one_shot_id = 0;
+  {
+    auto again = wrapper("/a", t0);
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    EXPECT_EQ(cache.wrapper_loads(), loads) << "no verifier run on /a's repair";
+    EXPECT_EQ(again->owned.use_count(), 1) << "not kept: the caller owns it";
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), again->id), 0);
+    one_shot_id = again->id;
+  }
+  const int gone = bpf_prog_get_fd_by_id(one_shot_id);
+  if (gone >= 0) ::close(gone);
+  EXPECT_LT(gone, 0) << "the one-shot copy, never attached, is still loaded";
+  EXPECT_EQ(cache.load_spares(t0), 1u) << "/a may be re-applied again: the next one-shot copy";
+  ASSERT_TRUE(wrapper("/c", t0).ok());
+  EXPECT_EQ(cache.load_spares(t0), 0u) << "one at most per wrapper";
+
+  // kReuseAfter later the kept copies are free in /a again: it takes one of them.
+  auto later = wrapper("/a", t0 + DeviceProgramCache::kReuseAfter);
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(later->owned.use_count(), 0) << "kept by the cache";
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), later->id), 1);
 }
 
 // A runtime's spec-only program met for the first time by a repair: the wrappers of that

@@ -333,10 +333,6 @@ TEST_F(DeviceProgramsV2, ARepairFromALookARuncDetachOvertookNeverLeavesTheCgroup
   expect_spec_kept();
 }
 
-// The wrapper cache's reuse rule (device_program_cache.h): a cgroup gets a wrapper that was
-// not there within kReuseAfter (a copy, loaded as needed), another cgroup gets the first
-// copy at once, and past kMaxCopies a copy is loaded for the one attach and not kept: the
-// daemon's descriptors stay bounded however fast one cgroup is re-applied.
 TEST_F(DeviceProgramsV2, ALinkAttachedProgramIsReportedAndStillDenies) {
   ForeignProgram runtime("", kSpec);
   ASSERT_GE(runtime.fd, 0) << std::strerror(runtime.load_errno);

@@ -2,11 +2,15 @@
 // (systemd's after a daemon-reload, the same spec in every container), the wrappers of
 // that program for the other GPU containers' device sets are loaded ahead, so that their
 // repairs run no verifier while their tenants wait; and each of them still gets its own
-// devices and nobody else's.
+// devices and nobody else's. And a container re-applied more often than the cache keeps
+// copies of its wrapper (kMaxCopies within kReuseAfter) finds the copy it needs loaded
+// after the repair before.
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
 
+#include "backend/device_program_cache.h"
 #include "support/daemon_harness.h"
 
 namespace gdw::test {
@@ -68,6 +72,37 @@ TEST_F(V2WrappersAhead, OneVerifierRunOnARepairsPathForAReloadThatReachesEveryGp
   }
   EXPECT_EQ(loaded(daemon, "repair"), 1) << "the other repairs found their wrappers loaded";
   EXPECT_EQ(node_->open_errno(*plain_, "nvidia0"), EPERM) << "the container without devices got none";
+}
+
+TEST_F(V2WrappersAhead, AContainerReappliedOnAndOnRunsNoVerifierOnItsRepairs) {
+  DaemonHarness daemon(*node_);
+  ASSERT_TRUE(daemon.start("", /*probe=*/true)) << daemon.output();
+  if (daemon.metric("gpu_devwatch_probe_loaded") != 1) GTEST_SKIP() << "probe not loadable:\n" << daemon.output();
+  const auto& c = *gpus_[0];
+  ASSERT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << daemon.output();
+  const auto regrants = [&] {
+    return daemon.metric("gpu_devwatch_regrants_total", {{"method", "bpf"}, {"result", "success"}});
+  };
+  // Past the first repair (it meets the spec's program: its wrapper on its path), each
+  // needs a copy of that wrapper not in the cgroup within kReuseAfter: a spare up to
+  // kMaxCopies, then one-shot copies, each loaded after the repair before. The loop runs
+  // well within kReuseAfter; slower (a loaded machine), kept copies come free again and
+  // fewer are loaded, none on a repair's path either way.
+  const int reapplies = static_cast<int>(DeviceProgramCache::kMaxCopies) + 4;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i <= reapplies; ++i) {
+    const double regrants_before = regrants();
+    const double ahead_before = loaded(daemon, "ahead");
+    node_->reapply_spec(c);
+    ASSERT_TRUE(daemon.eventually_errno(c, "nvidia0", ENXIO)) << "re-apply " << i << "\n" << daemon.output();
+    ASSERT_TRUE(eventually([&] { return regrants() > regrants_before; })) << daemon.metrics();
+    // What the repair asked to load ahead, loaded before the next re-apply comes.
+    (void)eventually([&] { return loaded(daemon, "ahead") > ahead_before; }, std::chrono::seconds(1));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(loaded(daemon, "repair"), 1) << "a verifier run on a later repair's path (" << reapplies
+                                         << " re-applies in " << seconds << " s)\n" << daemon.metrics();
+  EXPECT_EQ(node_->open_errno(c, "nvidia1"), EPERM) << "not the container's";
 }
 
 }  // namespace
