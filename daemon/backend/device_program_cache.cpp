@@ -150,7 +150,7 @@ std::optional<DeviceProgramCache::Wrapper> DeviceProgramCache::unseen_copy(const
       copy_by_id_.erase(id);
       copies->pop_back();
       want_spare(key, *copies, added, inner, dir, now);
-      return Wrapper{fd, id, std::shared_ptr<void>(nullptr, [fd](void*) { ::close(fd); })};
+      return used_once(fd, id);
     }
     prune_seen(*c, now);
     if (auto it = c->seen.find(dir); it == c->seen.end() || now - it->second >= kReuseAfter) {
@@ -184,7 +184,7 @@ Result<DeviceProgramCache::Wrapper> DeviceProgramCache::wrapper(const std::vecto
     // next such re-apply finds one loaded ahead).
     want_spare(key, *copies, added, inner, dir, now);
     const int fd = *loaded;
-    return Wrapper{fd, id, std::shared_ptr<void>(nullptr, [fd](void*) { ::close(fd); })};
+    return used_once(fd, id);
   }
   auto copy = kept_copy(*loaded, id);
   copy->seen[dir] = now;
@@ -278,6 +278,10 @@ bool DeviceProgramCache::load_one_ahead() {
   return false;
 }
 
+DeviceProgramCache::Wrapper DeviceProgramCache::used_once(int fd, std::uint32_t id) {
+  return Wrapper{fd, id, std::shared_ptr<void>(nullptr, [fd](void*) { ::close(fd); })};
+}
+
 std::unique_ptr<DeviceProgramCache::Copy> DeviceProgramCache::kept_copy(int fd, std::uint32_t id) {
   auto copy = std::make_unique<Copy>();
   *copy = Copy{fd, id, {}};
@@ -323,10 +327,9 @@ std::size_t DeviceProgramCache::load_spares(Clock::time_point now) {
   spares_due_.clear();
   for (auto& [key, spare] : due) {
     Copies* copies = wrappers_.find(key);
-    if (!copies) continue;  // dropped from the cache meanwhile
-    // Every copy kept: a one-shot one (want_spare() asked for it), unless one is loaded.
+    if (!copies || copies->back()->one_shot) continue;  // dropped meanwhile, or its one-shot copy waits
+    // Every copy kept: a one-shot one (want_spare() asked for it).
     const bool one_shot = copies->size() >= kMaxCopies;
-    if (one_shot && copies->back()->one_shot) continue;
     if (!one_shot) {
       for (const auto& c : *copies)
         std::erase_if(c->seen, [&](const auto& kv) { return now - kv.second >= kReuseAfter; });

@@ -187,6 +187,9 @@ class DeviceProgramCache {
   void want_ahead(const BpfCode& inner);
   // Loads one wrapper due ahead, if any; whether one was loaded.
   bool load_one_ahead();
+  // Loaded program `fd` (kernel id `id`) handed out for one attach: closed with the last
+  // Wrapper that holds it (the kernel keeps it while it is attached).
+  static Wrapper used_once(int fd, std::uint32_t id);
   // Loaded program `fd` (kernel id `id`) as a copy the cache keeps, unseen anywhere yet.
   std::unique_ptr<Copy> kept_copy(int fd, std::uint32_t id);
   // What the load thread runs.

@@ -92,7 +92,7 @@ TEST_F(V2LoadDuringApply, TheWrapperForARuntimesNewProgramIsLoadedWhileItApplies
 TEST_F(V2LoadDuringApply, ARuntimesProgramThatAllowsTheGpuHasNothingLoadedForIt) {
   // A runc that re-applies a spec allowing every device, and goes on applying: it denies
   // nothing wanted, and the daemon waits for its exit all the same.
-  const double read_before = daemon_->metric("gpu_devwatch_probe_record_delay_seconds_count");
+  const double read_before = probe_records_read(*daemon_);
   const pid_t runtime =
       node_->start_lingering_as("runc", [&] { return runc_style_reapply(gpu_->cgroup_dir, kAllowAllRules); });
   const auto until = std::chrono::steady_clock::now() + 200ms;

@@ -120,7 +120,7 @@ TEST_F(V2LookAhead, ATenantsLoadsDuringARuntimesApplyGrantNothingUntilItEnds) {
   // A runtime's re-apply (a process named runc, still running): the daemon waits for its
   // exit. A tenant inside the container loading meanwhile has it looked at, and the look
   // waits as any check does: nothing is granted inside the runtime's apply.
-  const double read_before = daemon_->metric("gpu_devwatch_probe_record_delay_seconds_count");
+  const double read_before = probe_records_read(*daemon_);
   const pid_t runtime = node_->start_lingering_reapply(*gpu_, "runc");
   ASSERT_EQ(node_->open_errno(*gpu_, "nvidia0"), EPERM) << "the re-apply took the GPU";
   ASSERT_TRUE(reads_past(*daemon_, read_before));

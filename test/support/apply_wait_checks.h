@@ -43,13 +43,17 @@ inline const SandboxContainer& add_gpu_container(SandboxNode& node) {
   return c;
 }
 
-// Until `daemon` has read more probe records than `before` (taken before a runtime's
-// re-apply): from then on it waits for that runtime. What a test does next reaches it in a
-// later read; in the same read as the runtime's attach, a tenant's load inside that
-// container is not looked at (the attach is checked anyway).
+// The probe records `daemon` has read so far (gpu_devwatch_probe_record_delay_seconds).
+inline double probe_records_read(const DaemonHarness& daemon) {
+  return daemon.metric("gpu_devwatch_probe_record_delay_seconds_count");
+}
+
+// Until `daemon` has read more probe records than `before` (probe_records_read() before a
+// runtime's re-apply): from then on it waits for that runtime. What a test does next
+// reaches it in a later read; in the same read as the runtime's attach, a tenant's load
+// inside that container is not looked at (the attach is checked anyway).
 inline ::testing::AssertionResult reads_past(DaemonHarness& daemon, double before) {
-  const auto read = [&] { return daemon.metric("gpu_devwatch_probe_record_delay_seconds_count"); };
-  if (eventually([&] { return read() > before; })) return ::testing::AssertionSuccess();
+  if (eventually([&] { return probe_records_read(daemon) > before; })) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "the daemon read no probe record past " << before << "\n"
                                        << daemon.metrics();
 }
