@@ -25,7 +25,16 @@ if ((arm64)); then "${werror[@]}" scripts/build.sh --arch arm64 gpu-devwatch uni
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
+# What earlier runs that were killed (SIGKILL: no cleanup ran) left on this node: their test
+# cgroups, tracefs instances still tracing, mounts. Removed before they skew this run.
+if [[ $EUID -eq 0 ]]; then python3 test/support/stale_test_state.py || true; fi
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 600) 2>&1 | tee "$log" || status=$?
+# What this run left: a test that broke the rule that it removes what it made, even when it
+# fails (or one that ctest killed at its timeout, which fails anyway).
+if [[ $EUID -eq 0 ]] && ! python3 test/support/stale_test_state.py --fail-if-found; then
+  echo "test.sh: tests left cgroups, tracefs instances or mounts behind (removed now)" >&2
+  status=1
+fi
 
 if [[ "${CI:-}" == "true" ]]; then
   # Only the privileged label: gpu.* tests skip wherever there is no GPU.

@@ -357,7 +357,7 @@ def main():
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    base = tempfile.mkdtemp(prefix="gdw-cri-matrix-")
+    base = tempfile.mkdtemp(prefix="gdw-cri-matrix-%d-" % os.getpid())
     cgroups = gn.TestCgroups()
     daemon_bin = gn.copy_binary(args.daemon, base)
     print("gpu-devwatch: " + subprocess.run([daemon_bin, "version"], capture_output=True, text=True).stdout.strip())

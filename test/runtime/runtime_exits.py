@@ -147,7 +147,7 @@ class RuntimeExits:
         removed by stop(): the same tracefs, and nothing left behind on the node."""
         if os.path.exists(os.path.join(TRACEFS, "events")):
             return ""
-        where = tempfile.mkdtemp(prefix="gdw-tracefs-")
+        where = tempfile.mkdtemp(prefix="gdw-tracefs-%d-" % os.getpid())
         done = subprocess.run(["mount", "-t", "tracefs", "tracefs", where], capture_output=True, text=True)
         if done.returncode != 0:
             os.rmdir(where)
