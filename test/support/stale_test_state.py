@@ -125,22 +125,26 @@ def kill_members(cgroup_dir, hierarchy_root):
     the pid is in there (a reused pid is left alone). Returns the pids signalled."""
     write(os.path.join(cgroup_dir, "cgroup.freeze"), "0")
     write(os.path.join(cgroup_dir, "freezer.state"), "THAWED")
-    killed = []
-    for token in read(os.path.join(cgroup_dir, "cgroup.procs")).split():
-        pid = int(token)
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        try:
-            if in_cgroup(pid, cgroup_dir, hierarchy_root):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-                killed.append(pid)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return killed
+    pids = [int(t) for t in read(os.path.join(cgroup_dir, "cgroup.procs")).split()]
+    return [pid for pid in pids if kill_if(pid, lambda: in_cgroup(pid, cgroup_dir, hierarchy_root))]
+
+
+def kill_if(pid, still_ours):
+    """SIGKILL to pid through a pidfd, when still_ours() holds once the pidfd pins the process
+    (a pid that ended and was reused in between is left alone). True when signalled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        if still_ours():
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            return True
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return False
 
 
 def remove_cgroup_tree(top, hierarchy_root):
@@ -239,23 +243,8 @@ def is_process_of(pid, top):
 
 
 def kill_processes_of(top):
-    """SIGKILL through a pidfd to each process of top's run (checked again once the pidfd
-    pins the process)."""
-    killed = []
-    for pid in processes_of(top):
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        try:
-            if is_process_of(pid, top):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-                killed.append(pid)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return killed
+    """SIGKILL to each process of top's run; returns the pids signalled."""
+    return [pid for pid in processes_of(top) if kill_if(pid, lambda: is_process_of(pid, top))]
 
 
 def unmount_below(top):
