@@ -121,8 +121,8 @@ def in_cgroup(pid, cgroup_dir, hierarchy_root):
 
 
 def kill_members(cgroup_dir, hierarchy_root):
-    """SIGKILL to every process in cgroup_dir, each through a pidfd opened after checking that
-    the pid is in there (a reused pid is left alone). Returns the pids signalled."""
+    """SIGKILL to every process in cgroup_dir, each through a pidfd and only when, with the
+    pidfd holding it, it is still in there. Returns the pids signalled."""
     write(os.path.join(cgroup_dir, "cgroup.freeze"), "0")
     write(os.path.join(cgroup_dir, "freezer.state"), "THAWED")
     pids = [int(t) for t in read(os.path.join(cgroup_dir, "cgroup.procs")).split()]
@@ -341,7 +341,7 @@ def main():
     p.add_argument("--dry-run", action="store_true", help="report only (exit 1 when anything is found)")
     p.add_argument("--fail-if-found", action="store_true", help="exit 1 when anything was found, even if removed")
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup")
-    p.add_argument("--tmp", default="/tmp")
+    p.add_argument("--tmp", default=tempfile.gettempdir(), help="where the runs made their temp dirs ($TMPDIR, /tmp)")
     p.add_argument("--runc-root", default="/run/containerd/runc", help="containerd's runc state, by namespace")
     p.add_argument("--tracefs", action="append", help="a tracefs root (default: the node's, and the tests' own mounts)")
     p.add_argument("--self-test", action="store_true")
