@@ -42,24 +42,21 @@ import sys
 import tempfile
 import time
 
-# name → the pid of the run that made it. Tables as data: (kind, pattern).
-OWNER_PATTERNS = (
-    ("cgroup", re.compile(r"^gdw-test-(?:cri-)?(\d+)(?:-.*)?$")),
-    ("instance", re.compile(r"^gdw-(?:cri-exits|wake-trace)-(\d+)$")),
-    ("tracefs mount", re.compile(r"^gdw-tracefs-(\d+)-.+$")),
-    ("matrix dir", re.compile(r"^gdw-cri-matrix-(\d+)-.+$")),
-)
+# What the tests name each kind of thing, the pid of the run that made it in group 1.
+OWNER_PATTERNS = {
+    "cgroup": re.compile(r"^gdw-test-(?:cri-)?(\d+)(?:-.*)?$"),
+    "instance": re.compile(r"^gdw-(?:cri-exits|wake-trace)-(\d+)$"),
+    "tracefs mount": re.compile(r"^gdw-tracefs-(\d+)-.+$"),
+    "matrix dir": re.compile(r"^gdw-cri-matrix-(\d+)-.+$"),
+}
 TRACEFS_DEFAULTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 KILL_WAIT_S = 5.0
 
 
 def owner_pid(kind, name):
     """The pid in `name` when it is a `kind` a test run makes, else None (pure)."""
-    for k, pattern in OWNER_PATTERNS:
-        if k == kind:
-            m = pattern.match(name)
-            return int(m.group(1)) if m else None
-    raise ValueError(kind)
+    m = OWNER_PATTERNS[kind].match(name)
+    return int(m.group(1)) if m else None
 
 
 def mount_points(mountinfo_text):
@@ -272,15 +269,18 @@ def sweep(args, tracefs_roots):
             except OSError:
                 pass
         found.append(("tracefs instance %s (run %d)" % (path, pid), not os.path.isdir(path)))
+    states_looked_for = set()  # one tree has a directory in every hierarchy: look once
     for root, path, pid in stale_cgroups(args.cgroup_root):
         if args.dry_run:
             found.append(("cgroup %s (run %d)" % (path, pid), False))
             continue
         killed, left = remove_cgroup_tree(path, root)
         note = ", killed pids %s" % " ".join(map(str, killed)) if killed else ""
-        for state in runc_states_in(args.runc_root, os.path.basename(path)):
+        name = os.path.basename(path)
+        for state in [] if name in states_looked_for else runc_states_in(args.runc_root, name):
             shutil.rmtree(state, ignore_errors=True)
             note += ", removed runc state %s" % state
+        states_looked_for.add(name)
         note += ", could not remove %s" % " ".join(left) if left else ""
         found.append(("cgroup %s (run %d)%s" % (path, pid, note), not left))
     for kind in ("tracefs mount", "matrix dir"):
